@@ -1,0 +1,46 @@
+// Host conversions between float32/double and every float dtype, and the ULP metric.
+// This is the host side of the contract (core/SPEC.md). The GPU kernels carry their own
+// conversions (backends/hip): the two are checked against each other and must not share code.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ropekv {
+
+// What happens to a finite value beyond the format's max (and to ±inf):
+// - saturate: clamp to ±max (what GPU kernels do for fp8); inf -> ±max; NaN stays NaN.
+// - ieee: what ml_dtypes does: overflow -> inf where the format has inf (f16, bf16, f32,
+//   e5m2), NaN where it has none (e4m3fn, e4m3fnuz, e5m2fnuz).
+// f32, f16 and bf16 outputs always use ieee in ropekv; saturate is meaningful for fp8.
+enum class overflow_mode : uint8_t { saturate, ieee };
+
+// Decodes the bit pattern of a float dtype (in the low bits of `bits`) to float32 (exact for
+// every format except that f32 is returned as is).
+float decode_to_f32(dtype t, uint32_t bits);
+double decode_to_f64(dtype t, uint32_t bits);
+
+// Rounds `value` once, to nearest even, into float dtype t; returns the bit pattern in the low
+// bits. NaN input gives the format's canonical NaN (sign kept where the format has signed NaN).
+uint32_t encode_from_f64(dtype t, double value, overflow_mode mode);
+// float32 input: f16 and bf16 go through Eigen::half / Eigen::bfloat16; fp8 through the same
+// rounding as encode_from_f64 (a float is exactly a double).
+uint32_t encode_from_f32(dtype t, float value, overflow_mode mode);
+
+bool is_nan_bits(dtype t, uint32_t bits);
+
+// Spacing of format t at |value| (value finite): at a power of two the spacing above it; below
+// the smallest normal the subnormal spacing. Beyond max_finite: the spacing at max_finite.
+double ulp_at(dtype t, double value);
+
+// ULP distance between two bit patterns of float dtype t, via ordered-integer keys:
+// +0 == -0 (distance 0); NaN equals only NaN (distance 0); NaN vs non-NaN -> ulp_distance_nan;
+// inf equals only inf of the same sign (inf vs finite or -inf -> ulp_distance_nan).
+inline constexpr int64_t ulp_distance_nan = INT64_MAX;
+int64_t ulp_distance(dtype t, uint32_t a_bits, uint32_t b_bits);
+
+// Reads / writes one element of any dtype at `ptr` as raw bits (zero-extended).
+uint64_t load_bits(dtype t, const void* ptr);
+void store_bits(dtype t, void* ptr, uint64_t bits);
+
+}  // namespace ropekv

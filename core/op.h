@@ -1,0 +1,81 @@
+// The op's arguments and options, as core/SPEC.md defines them. Backend-agnostic.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ropekv {
+
+inline constexpr int contract_version = 1;
+
+// Each option enum lists its names once; to_string / parse_enum derive from the list.
+#define ROPEKV_ENUM(type_name, ...)                                              \
+  enum class type_name : uint8_t { __VA_ARGS__ };                               \
+  template <>                                                                    \
+  struct enum_names<type_name> {                                                 \
+    static constexpr std::string_view list = #__VA_ARGS__;                       \
+  };
+
+template <typename E>
+struct enum_names;
+
+ROPEKV_ENUM(rope_style, gptj, neox)
+ROPEKV_ENUM(table_kind, one, two)                 // one [P, Dr] cos|sin table, or cos and sin [P, Dr/2]
+ROPEKV_ENUM(cache_layout, joint, split)
+ROPEKV_ENUM(row_order, nope_first, rope_first)    // joint layout only
+ROPEKV_ENUM(scale_conv, divide, reciprocal)
+ROPEKV_ENUM(pad_q, computed, skipped)
+ROPEKV_ENUM(pos_oob, error, clamp)
+
+// Name of enum value v (e.g. "gptj").
+template <typename E>
+std::string_view to_string(E v);
+// Parses a name; throws arg_error naming `arg_name` and listing the valid names.
+template <typename E>
+E parse_enum(std::string_view text, const char* arg_name);
+
+struct op_options {
+  rope_style style = rope_style::gptj;
+  cache_layout layout = cache_layout::joint;
+  row_order order = row_order::nope_first;
+  scale_conv scale = scale_conv::divide;
+  pad_q padding = pad_q::computed;
+  pos_oob positions = pos_oob::error;
+  bool inplace_q = false;  // write rope(q_pe) back into q_pe
+  bool inplace_k = false;  // write rope(k_pe) back into k_pe
+};
+
+// Every tensor of one call. Optional tensors are empty views (tensor_view::present() false).
+// All views are in one memory space (all host or all device).
+struct op_args {
+  tensor_view q_nope;        // [Tq, H, Dn]        f32|f16|bf16
+  tensor_view q_pe;          // [Tq, H, Dr]        same dtype as q_nope
+  tensor_view kv_c;          // [Tk, Dn]           f32|f16|bf16
+  tensor_view k_pe;          // [Tk, Dr]           same dtype as kv_c
+  tensor_view positions;     // [Tk]               i32|i64
+  tensor_view slot_mapping;  // [Ts]               i32|i64
+  tensor_view cos_sin;       // [P, Dr]            table one: Dr/2 cos then Dr/2 sin
+  tensor_view cos;           // [P, Dr/2]          table two
+  tensor_view sin;           // [P, Dr/2]          table two
+  tensor_view q_out;         // [Tq, H, Dn + Dr]   f32|f16|bf16|fp8*
+  tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint
+  tensor_view ckv_cache;     // [num_blocks, block_size, Dn]       layout split
+  tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
+  float k_scale = 1.0f;
+  float q_scale = 1.0f;
+  op_options options;
+
+  table_kind table() const { return cos_sin.present() ? table_kind::one : table_kind::two; }
+};
+
+// Sizes read off the views (after validation they are consistent).
+struct op_sizes {
+  int64_t tq, ts, tk, heads, dn, dr, table_rows, num_blocks, block_size;
+};
+op_sizes sizes_of(const op_args& args);
+
+}  // namespace ropekv

@@ -1,0 +1,71 @@
+// The problem descriptor (oneDNN benchdnn style): everything needed to rebuild one case, inputs
+// included. It prints as a canonical repro string that parses back to the same problem.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/op.h"
+
+namespace ropekv {
+
+ROPEKV_ENUM(pad_at, head, middle, tail, spread)     // where padding slots (-1) are placed
+ROPEKV_ENUM(pos_mode, random, near_end, same)       // positions: uniform, within 8 of P-1, all equal
+ROPEKV_ENUM(q_storage, token_major, head_major)     // q_nope / q_pe memory order behind the view
+ROPEKV_ENUM(kv_storage, separate, fused)            // kv_c, k_pe separate, or column slices of one [Tk, Dn+Dr(+pad)] buffer
+
+struct problem {
+  // sizes
+  int64_t tq = 1, ts = 1, tk = 1;  // Tq <= Ts <= Tk
+  int64_t heads = 128;
+  int64_t dn = 512, dr = 64;
+  int64_t table_rows = 4096;       // P
+  int64_t block_size = 64;
+  int64_t num_blocks = 1;
+  // dtypes
+  dtype in_dtype = dtype::bf16;     // q_nope, q_pe, kv_c, k_pe
+  dtype table_dtype = dtype::bf16;  // cos/sin
+  dtype pos_dtype = dtype::i64;
+  dtype slot_dtype = dtype::i64;
+  dtype q_out_dtype = dtype::bf16;
+  dtype cache_dtype = dtype::bf16;
+  // op semantics
+  table_kind table = table_kind::one;
+  op_options opt;
+  float k_scale = 1.0f, q_scale = 1.0f;
+  // memory layout of the case (strides are padded by these many elements)
+  q_storage q_layout = q_storage::token_major;
+  kv_storage kv_layout = kv_storage::separate;
+  int64_t row_pad_elems = 0;    // extra elements after each innermost row of every input/q_out
+  int64_t entry_pad_elems = 0;  // cache: entry stride = row width + entry_pad
+  int64_t block_pad_elems = 0;  // cache: block stride = block_size * entry stride + block_pad
+  int64_t table_pad_elems = 0;  // cos/sin row stride padding
+  // data
+  int64_t pad_slots = 0;        // number of tokens among the first Ts whose slot is -1
+  pad_at pad_where = pad_at::tail;
+  pos_mode positions = pos_mode::random;
+  std::string rope_table = "random";  // "random" angles, or a preset name: that model's YaRN table
+  double amplitude = 4.0;       // inputs uniform in [-amplitude, amplitude]
+  uint64_t seed = 1;
+
+  // Canonical repro string: "key=value" tokens separated by single spaces, every key present,
+  // in a fixed order. parse_problem(to_repro()) == *this.
+  std::string to_repro() const;
+  bool operator==(const problem& other) const;
+  bool operator!=(const problem& other) const { return !(*this == other); }
+};
+
+// Parses a repro string. Keys may come in any order and may be omitted (defaults above); an
+// unknown key, a malformed value or a problem that breaks a constraint throws arg_error naming
+// the key.
+problem parse_problem(std::string_view repro);
+
+// Checks the problem's own constraints (Tq <= Ts <= Tk, enough cache slots, ...); throws
+// arg_error naming the field.
+void check_problem(const problem& p);
+
+// A random problem covering every option (issue #3's generator), from (seed, case_index).
+// max_tokens bounds Tq/Ts/Tk (<= 4096).
+problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens = 4096);
+
+}  // namespace ropekv

@@ -1,0 +1,76 @@
+// Non-owning strided tensor views and owning host buffers with guard bytes.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ropekv {
+
+inline constexpr int max_rank = 4;
+
+// A view of memory owned elsewhere. Strides are int64 and counted in elements of `type`.
+// An empty view (data == nullptr, rank == 0) means "absent" for optional arguments.
+struct tensor_view {
+  dtype type = dtype::u8;
+  int rank = 0;
+  std::array<int64_t, max_rank> shape{};
+  std::array<int64_t, max_rank> strides_elems{};
+  void* data = nullptr;
+  bool on_device = false;
+
+  bool present() const { return data != nullptr || rank != 0; }
+  int64_t numel() const;
+  // Offset in elements of element `idx` (idx.size() == rank).
+  int64_t offset_elems(std::initializer_list<int64_t> idx) const;
+  // Byte range [lo, hi) that the view can touch relative to data; {0, 0} when empty.
+  std::pair<int64_t, int64_t> extent_bytes() const;
+  // Shape as "[2, 3, 4]".
+  std::string shape_string() const;
+  bool innermost_contiguous() const { return rank == 0 || strides_elems[rank - 1] == 1; }
+};
+
+// Builds a view; strides default to contiguous row-major.
+tensor_view make_view(dtype t, void* data, std::initializer_list<int64_t> shape,
+                      std::initializer_list<int64_t> strides_elems = {});
+
+// Owning host buffer: `size_bytes` usable bytes, 64-byte aligned, with `guard_bytes` of a guard
+// pattern before and after. Moves, does not copy.
+class host_buffer {
+ public:
+  static constexpr size_t default_guard_bytes = 256;
+  host_buffer() = default;
+  explicit host_buffer(size_t size_bytes, size_t guard_bytes = default_guard_bytes);
+  host_buffer(host_buffer&&) noexcept = default;
+  host_buffer& operator=(host_buffer&&) noexcept = default;
+
+  uint8_t* data() { return storage_.data() + guard_bytes_; }
+  const uint8_t* data() const { return storage_.data() + guard_bytes_; }
+  size_t size_bytes() const { return size_bytes_; }
+  size_t guard_bytes() const { return guard_bytes_; }
+  // The whole allocation, guards included (what a device mirror must copy).
+  uint8_t* raw() { return storage_.data(); }
+  size_t raw_size_bytes() const { return storage_.size(); }
+  // True when both guard regions still hold the guard pattern.
+  bool guards_intact() const;
+  // Index of the first damaged guard byte relative to data() (negative: before), or 0 if none.
+  std::string guard_report() const;
+
+ private:
+  std::vector<uint8_t> storage_;  // guard | data | guard
+  size_t size_bytes_ = 0;
+  size_t guard_bytes_ = 0;
+};
+
+// Poison: a repeating non-zero byte pattern written into outputs and caches before a run.
+inline constexpr uint8_t poison_byte = 0xA5;
+inline constexpr uint8_t guard_byte = 0x5A;
+void fill_poison(void* data, size_t size_bytes, uint8_t pattern = poison_byte);
+// Number of bytes in [data, data + size_bytes) that differ from the pattern.
+size_t count_not_poison(const void* data, size_t size_bytes, uint8_t pattern = poison_byte);
+
+}  // namespace ropekv
