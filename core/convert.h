@@ -12,7 +12,9 @@ namespace ropekv {
 // - saturate: clamp to ±max (what GPU kernels do for fp8); inf -> ±max; NaN stays NaN.
 // - ieee: what ml_dtypes does: overflow -> inf where the format has inf (f16, bf16, f32,
 //   e5m2), NaN where it has none (e4m3fn, e4m3fnuz, e5m2fnuz).
-// f32, f16 and bf16 outputs always use ieee in ropekv; saturate is meaningful for fp8.
+// f32, f16 and bf16 outputs always use ieee in ropekv; saturate is meaningful for fp8 only and
+// is ignored (treated as ieee) for f32, f16 and bf16.
+// fnuz formats have no -0: -0 and negative values that round to zero encode as 0x00.
 enum class overflow_mode : uint8_t { saturate, ieee };
 
 // Decodes the bit pattern of a float dtype (in the low bits of `bits`) to float32 (exact for

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -45,23 +46,34 @@ class host_buffer {
   static constexpr size_t default_guard_bytes = 256;
   host_buffer() = default;
   explicit host_buffer(size_t size_bytes, size_t guard_bytes = default_guard_bytes);
-  host_buffer(host_buffer&&) noexcept = default;
-  host_buffer& operator=(host_buffer&&) noexcept = default;
+  // A moved-from buffer is empty (size 0, no guards).
+  host_buffer(host_buffer&& other) noexcept { *this = std::move(other); }
+  host_buffer& operator=(host_buffer&& other) noexcept {
+    storage_ = std::move(other.storage_);
+    lead_bytes_ = other.lead_bytes_;
+    size_bytes_ = other.size_bytes_;
+    guard_bytes_ = other.guard_bytes_;
+    other.storage_.clear();
+    other.lead_bytes_ = other.size_bytes_ = other.guard_bytes_ = 0;
+    return *this;
+  }
 
-  uint8_t* data() { return storage_.data() + guard_bytes_; }
-  const uint8_t* data() const { return storage_.data() + guard_bytes_; }
+  uint8_t* data() { return storage_.data() + lead_bytes_ + guard_bytes_; }
+  const uint8_t* data() const { return storage_.data() + lead_bytes_ + guard_bytes_; }
   size_t size_bytes() const { return size_bytes_; }
   size_t guard_bytes() const { return guard_bytes_; }
   // The whole allocation, guards included (what a device mirror must copy).
-  uint8_t* raw() { return storage_.data(); }
-  size_t raw_size_bytes() const { return storage_.size(); }
+  uint8_t* raw() { return storage_.data() + lead_bytes_; }
+  size_t raw_size_bytes() const { return size_bytes_ + 2 * guard_bytes_; }
   // True when both guard regions still hold the guard pattern.
   bool guards_intact() const;
-  // Index of the first damaged guard byte relative to data() (negative: before), or 0 if none.
+  // "guards intact", or for each damaged side: which side, the first (lowest) and last damaged
+  // offsets relative to data() (negative: before it) and the number of damaged bytes.
   std::string guard_report() const;
 
  private:
-  std::vector<uint8_t> storage_;  // guard | data | guard
+  std::vector<uint8_t> storage_;  // [lead: alignment pad] guard | data | guard
+  size_t lead_bytes_ = 0;         // so that data() is 64-byte aligned
   size_t size_bytes_ = 0;
   size_t guard_bytes_ = 0;
 };

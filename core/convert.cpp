@@ -1,0 +1,251 @@
+// Host conversions: one generic decoder and one generic round-to-nearest-even encoder, driven by
+// float_format parameters. f16/bf16 from float32 go through Eigen (as the contract says); the
+// tests check Eigen against the generic encoder on every input class.
+#include "core/convert.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace ropekv {
+
+namespace {
+
+struct layout {
+  const float_format* fmt;
+  int width_bits;       // 1 + exp_bits + man_bits
+  uint32_t sign_bit;
+  uint32_t exp_mask;    // exponent field, in place
+  uint32_t man_mask;
+  uint32_t max_bits;    // magnitude bits of max_finite
+};
+
+layout layout_of(dtype t) {
+  const float_format& f = float_format_of(t);  // throws for non-float dtypes
+  layout l;
+  l.fmt = &f;
+  l.width_bits = 1 + f.exp_bits + f.man_bits;
+  l.sign_bit = 1u << (f.exp_bits + f.man_bits);
+  l.man_mask = (1u << f.man_bits) - 1u;
+  l.exp_mask = ((1u << f.exp_bits) - 1u) << f.man_bits;
+  if (f.has_inf) {
+    l.max_bits = (l.exp_mask - (1u << f.man_bits)) | l.man_mask;  // exponent all-ones minus 1
+  } else if (f.fnuz) {
+    l.max_bits = l.exp_mask | l.man_mask;  // 0x7f: every magnitude is finite
+  } else if (f.nan_all_ones_mantissa_only) {
+    l.max_bits = (l.exp_mask | l.man_mask) - 1u;  // S.1111.110
+  } else {
+    throw error("layout_of: float format of " + std::string(dtype_name(t)) +
+                " has no known special-value scheme");
+  }
+  return l;
+}
+
+uint32_t width_mask(const layout& l) {
+  return l.width_bits >= 32 ? 0xffffffffu : ((1u << l.width_bits) - 1u);
+}
+
+uint32_t canonical_nan(const layout& l, bool negative) {
+  const float_format& f = *l.fmt;
+  if (f.fnuz) return l.sign_bit;  // 0x80, unsigned
+  const uint32_t s = negative ? l.sign_bit : 0u;
+  if (f.has_inf) return s | l.exp_mask | (1u << (f.man_bits - 1));  // quiet NaN
+  return s | l.exp_mask | l.man_mask;                               // e4m3fn: S.1111.111
+}
+
+uint32_t inf_bits(const layout& l, bool negative) {
+  return (negative ? l.sign_bit : 0u) | l.exp_mask;
+}
+
+}  // namespace
+
+double decode_to_f64(dtype t, uint32_t bits) {
+  if (t == dtype::f32) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return static_cast<double>(f);
+  }
+  const layout l = layout_of(t);
+  const float_format& f = *l.fmt;
+  bits &= width_mask(l);
+  const bool negative = (bits & l.sign_bit) != 0;
+  const uint32_t exp_field = (bits & l.exp_mask) >> f.man_bits;
+  const uint32_t man_field = bits & l.man_mask;
+  const uint32_t exp_all_ones = (1u << f.exp_bits) - 1u;
+  if (f.fnuz) {
+    if (bits == l.sign_bit) return std::nan("");
+  } else if (f.has_inf) {
+    if (exp_field == exp_all_ones) {
+      if (man_field == 0) return negative ? -INFINITY : INFINITY;
+      return negative ? -std::nan("") : std::nan("");
+    }
+  } else if (f.nan_all_ones_mantissa_only) {
+    if (exp_field == exp_all_ones && man_field == l.man_mask)
+      return negative ? -std::nan("") : std::nan("");
+  }
+  double magnitude;
+  if (exp_field == 0) {
+    magnitude = std::ldexp(static_cast<double>(man_field), 1 - f.bias - f.man_bits);
+  } else {
+    magnitude = std::ldexp(static_cast<double>(man_field | (1u << f.man_bits)),
+                           static_cast<int>(exp_field) - f.bias - f.man_bits);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+float decode_to_f32(dtype t, uint32_t bits) {
+  if (t == dtype::f32) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  return static_cast<float>(decode_to_f64(t, bits));  // exact: every format fits in binary32
+}
+
+uint32_t encode_from_f64(dtype t, double value, overflow_mode mode) {
+  const layout l = layout_of(t);
+  const float_format& f = *l.fmt;
+  switch (mode) {
+    case overflow_mode::saturate:
+    case overflow_mode::ieee:
+      break;
+    default:
+      throw error("encode_from_f64: invalid overflow_mode " +
+                  std::to_string(static_cast<int>(mode)));
+  }
+  // f32, f16, bf16 always overflow the IEEE way (see convert.h).
+  const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
+  const bool negative = std::signbit(value);
+  if (std::isnan(value)) return canonical_nan(l, negative);
+  const uint32_t sign = negative ? l.sign_bit : 0u;
+  const auto overflow = [&]() -> uint32_t {
+    if (saturate) return sign | l.max_bits;
+    if (f.has_inf) return inf_bits(l, negative);
+    return canonical_nan(l, negative);
+  };
+  if (std::isinf(value)) return overflow();
+  const double a = std::fabs(value);
+  if (a == 0.0) return f.fnuz ? 0u : sign;
+
+  // Quantum (spacing) of the format at a: 2^(E - man_bits) for normals, min_subnormal below.
+  int exp2;
+  std::frexp(a, &exp2);  // a = m * 2^exp2, m in [0.5, 1)
+  const int unbiased = exp2 - 1;
+  const int min_exp = 1 - f.bias;
+  const bool subnormal = unbiased < min_exp;
+  const int quantum_exp = (subnormal ? min_exp : unbiased) - f.man_bits;
+  const double n = std::ldexp(a, -quantum_exp);  // exact: a scaled by a power of two
+  // Round n to nearest integer, ties to even (explicit, independent of the FP environment).
+  double r = std::floor(n);
+  const double frac = n - r;  // exact
+  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
+
+  if (std::ldexp(r, quantum_exp) > f.max_finite) return overflow();
+  if (r == 0.0) return f.fnuz ? 0u : sign;  // rounds to zero; fnuz has no -0
+  const uint32_t ri = static_cast<uint32_t>(r);  // <= 2^(man_bits + 1)
+  uint32_t magnitude;
+  if (subnormal) {
+    magnitude = ri;  // r == 2^man_bits carries into the smallest normal exactly
+  } else {
+    // r in [2^m, 2^(m+1)]: the implicit bit adds one to the biased exponent field.
+    magnitude = (static_cast<uint32_t>(unbiased + f.bias - 1) << f.man_bits) + ri;
+  }
+  return sign | magnitude;
+}
+
+uint32_t encode_from_f32(dtype t, float value, overflow_mode mode) {
+  switch (t) {
+    case dtype::f32: {
+      uint32_t bits;
+      std::memcpy(&bits, &value, sizeof bits);
+      return bits;
+    }
+    case dtype::f16:
+      if (std::isnan(value)) return encode_from_f64(t, value, mode);  // canonical NaN
+      return Eigen::numext::bit_cast<uint16_t>(Eigen::half(value));
+    case dtype::bf16:
+      if (std::isnan(value)) return encode_from_f64(t, value, mode);
+      return Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(value));
+    case dtype::fp8_e4m3fn:
+    case dtype::fp8_e4m3fnuz:
+    case dtype::fp8_e5m2:
+    case dtype::fp8_e5m2fnuz:
+      return encode_from_f64(t, static_cast<double>(value), mode);
+    case dtype::i32:
+    case dtype::i64:
+    case dtype::u8:
+      throw arg_error("dtype", "a float dtype (f32, f16, bf16, fp8_*)", dtype_name(t));
+  }
+  throw error("encode_from_f32: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+
+bool is_nan_bits(dtype t, uint32_t bits) {
+  const layout l = layout_of(t);
+  const float_format& f = *l.fmt;
+  bits &= width_mask(l);
+  if (f.fnuz) return bits == l.sign_bit;
+  const uint32_t magnitude = bits & ~l.sign_bit;
+  if (f.has_inf) return (magnitude & l.exp_mask) == l.exp_mask && (magnitude & l.man_mask) != 0;
+  return magnitude == (l.exp_mask | l.man_mask);  // e4m3fn
+}
+
+double ulp_at(dtype t, double value) {
+  const float_format& f = float_format_of(t);
+  if (std::isnan(value)) return value;
+  const double a = std::fabs(value);
+  if (a < f.min_normal) return f.min_subnormal;
+  int exp2;
+  std::frexp(a >= f.max_finite ? f.max_finite : a, &exp2);
+  return std::ldexp(1.0, exp2 - 1 - f.man_bits);
+}
+
+int64_t ulp_distance(dtype t, uint32_t a_bits, uint32_t b_bits) {
+  const layout l = layout_of(t);
+  const uint32_t mask = width_mask(l);
+  a_bits &= mask;
+  b_bits &= mask;
+  const bool a_nan = is_nan_bits(t, a_bits);
+  const bool b_nan = is_nan_bits(t, b_bits);
+  if (a_nan || b_nan) return (a_nan && b_nan) ? 0 : ulp_distance_nan;
+  if (l.fmt->has_inf) {
+    const bool a_inf = (a_bits & ~l.sign_bit) == l.exp_mask;
+    const bool b_inf = (b_bits & ~l.sign_bit) == l.exp_mask;
+    if (a_inf || b_inf) return (a_inf && b_inf && a_bits == b_bits) ? 0 : ulp_distance_nan;
+  }
+  // Ordered keys: magnitude codes of finite values are consecutive; the sign flips them.
+  const auto key = [&](uint32_t bits) -> int64_t {
+    const int64_t magnitude = static_cast<int64_t>(bits & ~l.sign_bit);
+    return (bits & l.sign_bit) ? -magnitude : magnitude;
+  };
+  const int64_t d = key(a_bits) - key(b_bits);
+  return d < 0 ? -d : d;
+}
+
+uint64_t load_bits(dtype t, const void* ptr) {
+  switch (dtype_size_bytes(t)) {
+    case 1: { uint8_t v; std::memcpy(&v, ptr, 1); return v; }
+    case 2: { uint16_t v; std::memcpy(&v, ptr, 2); return v; }
+    case 4: { uint32_t v; std::memcpy(&v, ptr, 4); return v; }
+    case 8: { uint64_t v; std::memcpy(&v, ptr, 8); return v; }
+    default:
+      throw error("load_bits: unsupported element size " +
+                  std::to_string(dtype_size_bytes(t)) + " of dtype " + dtype_name(t));
+  }
+}
+
+void store_bits(dtype t, void* ptr, uint64_t bits) {
+  switch (dtype_size_bytes(t)) {
+    case 1: { const uint8_t v = static_cast<uint8_t>(bits); std::memcpy(ptr, &v, 1); return; }
+    case 2: { const uint16_t v = static_cast<uint16_t>(bits); std::memcpy(ptr, &v, 2); return; }
+    case 4: { const uint32_t v = static_cast<uint32_t>(bits); std::memcpy(ptr, &v, 4); return; }
+    case 8: { std::memcpy(ptr, &bits, 8); return; }
+    default:
+      throw error("store_bits: unsupported element size " +
+                  std::to_string(dtype_size_bytes(t)) + " of dtype " + dtype_name(t));
+  }
+}
+
+}  // namespace ropekv
