@@ -1,0 +1,578 @@
+// Region-by-region comparison of two runs of one case (see core/compare.h, core/SPEC.md).
+// Cache addressing here is written from SPEC.md on purpose: it is a third, independent reading
+// of the contract next to the reference's and the kernels'.
+#include "core/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "core/convert.h"
+#include "core/error.h"
+
+namespace ropekv {
+
+const char* ulp_bucket_label(int bucket) {
+  static const char* const labels[ulp_bucket_count] = {
+      "0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", "129-256", "257-512",
+      "513-1024", ">1024", "nan"};
+  if (bucket < 0 || bucket >= ulp_bucket_count) {
+    throw error(fmt::format("ulp_bucket_label: bucket {} out of range", bucket));
+  }
+  return labels[bucket];
+}
+
+int ulp_bucket_of(int64_t ulp) {
+  if (ulp == ulp_distance_nan) return ulp_bucket_count - 1;
+  if (ulp <= 2) return static_cast<int>(std::max<int64_t>(ulp, 0));
+  int bucket = 3;
+  int64_t hi = 4;
+  while (ulp > hi && bucket < ulp_bucket_count - 2) {
+    hi *= 2;
+    ++bucket;
+  }
+  return bucket;
+}
+
+const char* region_rule_name(region_rule r) {
+  switch (r) {
+    case region_rule::exact: return "exact";
+    case region_rule::rope: return "rope";
+    case region_rule::bytes: return "bytes";
+    default: throw error(fmt::format("region_rule_name: bad value {}", static_cast<int>(r)));
+  }
+}
+
+const char* outcome_name(case_outcome o) {
+  switch (o) {
+    case case_outcome::passed: return "PASSED";
+    case case_outcome::failed: return "FAILED";
+    case case_outcome::errored: return "ERRORED";
+    case case_outcome::skipped: return "SKIPPED";
+    case case_outcome::mistrusted: return "MISTRUSTED";
+    default: throw error(fmt::format("outcome_name: bad value {}", static_cast<int>(o)));
+  }
+}
+
+namespace {
+
+const uint8_t* element_ptr(const tensor_view& v, std::initializer_list<int64_t> idx) {
+  int64_t off = 0;
+  int k = 0;
+  for (int64_t i : idx) off += i * v.strides_elems[k++];
+  return static_cast<const uint8_t*>(v.data) + off * static_cast<int64_t>(dtype_size_bytes(v.type));
+}
+
+int64_t read_index(const tensor_view& v, int64_t i) {
+  uint64_t bits = load_bits(v.type, element_ptr(v, {i}));
+  switch (v.type) {
+    case dtype::i32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+    case dtype::i64: return static_cast<int64_t>(bits);
+    default: throw arg_error(v.rank ? "index tensor" : "index tensor", "i32 or i64", dtype_name(v.type));
+  }
+}
+
+double read_value(const tensor_view& v, std::initializer_list<int64_t> idx) {
+  return decode_to_f64(v.type, static_cast<uint32_t>(load_bits(v.type, element_ptr(v, idx))));
+}
+
+int64_t table_position(const op_args& args, int64_t t) {
+  const tensor_view& table = args.cos_sin.present() ? args.cos_sin : args.cos;
+  int64_t rows = table.shape[0];
+  int64_t p = read_index(args.positions, t);
+  if (p < 0 || p >= rows) {
+    if (args.options.positions != pos_oob::clamp) {
+      throw arg_error("positions", fmt::format("values in [0, {})", rows), std::to_string(p));
+    }
+    p = std::clamp<int64_t>(p, 0, rows - 1);
+  }
+  return p;
+}
+
+void cos_sin_at(const op_args& args, int64_t p, int64_t i, double* c, double* s) {
+  if (args.cos_sin.present()) {
+    int64_t half = args.cos_sin.shape[1] / 2;
+    *c = read_value(args.cos_sin, {p, i});
+    *s = read_value(args.cos_sin, {p, half + i});
+  } else {
+    *c = read_value(args.cos, {p, i});
+    *s = read_value(args.sin, {p, i});
+  }
+}
+
+// Pair index, partner element and whether j is the first element of its pair.
+void pair_of(rope_style style, int64_t dr, int64_t j, int64_t* i, int64_t* partner, bool* first) {
+  switch (style) {
+    case rope_style::gptj:
+      *i = j / 2;
+      *first = (j % 2) == 0;
+      *partner = *first ? j + 1 : j - 1;
+      return;
+    case rope_style::neox:
+      *i = j % (dr / 2);
+      *first = j < dr / 2;
+      *partner = *first ? j + dr / 2 : j - dr / 2;
+      return;
+    default: throw error(fmt::format("pair_of: bad rope_style {}", static_cast<int>(style)));
+  }
+}
+
+}  // namespace
+
+rope_operands q_rope_operands(const op_args& args, int64_t t, int64_t h, int64_t j) {
+  int64_t dr = args.q_pe.shape[2];
+  int64_t i, partner;
+  bool first;
+  pair_of(args.options.style, dr, j, &i, &partner, &first);
+  rope_operands o{};
+  o.x = read_value(args.q_pe, {t, h, j});
+  double pv = read_value(args.q_pe, {t, h, partner});
+  o.partner = first ? -pv : pv;
+  cos_sin_at(args, table_position(args, t), i, &o.c, &o.s);
+  return o;
+}
+
+rope_operands k_rope_operands(const op_args& args, int64_t t, int64_t j) {
+  int64_t dr = args.k_pe.shape[1];
+  int64_t i, partner;
+  bool first;
+  pair_of(args.options.style, dr, j, &i, &partner, &first);
+  rope_operands o{};
+  o.x = read_value(args.k_pe, {t, j});
+  double pv = read_value(args.k_pe, {t, partner});
+  o.partner = first ? -pv : pv;
+  cos_sin_at(args, table_position(args, t), i, &o.c, &o.s);
+  return o;
+}
+
+double rope_allowance(const rope_operands& o, dtype out, float scale, scale_conv conv) {
+  double a = 0x1.0p-22 * (std::fabs(o.x * o.c) + std::fabs(o.partner * o.s));
+  if (!dtype_is_fp8(out)) return a;
+  switch (conv) {
+    case scale_conv::divide: return a / static_cast<double>(scale);
+    case scale_conv::reciprocal: return a * static_cast<double>(1.0f / scale);
+    default: throw error(fmt::format("rope_allowance: bad scale_conv {}", static_cast<int>(conv)));
+  }
+}
+
+bool rope_element_passes(dtype t, uint32_t ref_bits, uint32_t got_bits, double allowance,
+                         const compare_options& opt, int64_t* ulp, bool* used_allowance) {
+  *used_allowance = false;
+  *ulp = ulp_distance(t, ref_bits, got_bits);
+  if (*ulp == ulp_distance_nan) return false;
+  if (*ulp <= opt.max_ulp) return true;
+  double ref = decode_to_f64(t, ref_bits), got = decode_to_f64(t, got_bits);
+  if (!std::isfinite(ref) || !std::isfinite(got)) return false;
+  double diff = std::fabs(got - ref);
+  double ulp_tol = static_cast<double>(opt.max_ulp) * ulp_at(t, ref);
+  if (diff <= ulp_tol) return true;  // across a power of two: fewer ulps above than steps below
+  if (opt.strict) return false;
+  if (diff <= ulp_tol + allowance) {
+    *used_allowance = true;
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+uint64_t poison_bits(dtype t) {
+  uint64_t b = 0;
+  for (size_t i = 0; i < dtype_size_bytes(t); ++i) b = (b << 8) | poison_byte;
+  return b;
+}
+
+// Where a view lives: the buffer holding it and the byte offset of view.data in that buffer.
+struct location {
+  std::string buffer;
+  int64_t offset_bytes;
+};
+
+location locate(const case_data& c, const tensor_view& v, const char* what) {
+  auto p = static_cast<const uint8_t*>(v.data);
+  for (const auto& [name, buf] : c.buffers) {
+    if (p >= buf.data() && p <= buf.data() + buf.size_bytes()) {
+      return {name, static_cast<int64_t>(p - buf.data())};
+    }
+  }
+  throw error(fmt::format("compare: view {} is not inside any buffer of the case", what));
+}
+
+// The same view rebased into another run of the case.
+tensor_view rebase(const tensor_view& v, const location& loc, const case_data& run) {
+  tensor_view r = v;
+  r.data = const_cast<uint8_t*>(run.buffers.at(loc.buffer).data()) + loc.offset_bytes;
+  return r;
+}
+
+struct comparer {
+  const case_data& init;
+  const case_data& a;
+  const case_data& b;
+  const compare_options& opt;
+  std::map<std::string, std::vector<uint8_t>> written;  // per buffer: 1 = byte may be written
+
+  // Marks written bytes of elements of one view (found once, then by pointer arithmetic).
+  struct marker {
+    uint8_t* mask = nullptr;
+    const uint8_t* base = nullptr;
+    size_t size = 0;
+    size_t elem_bytes = 0;
+    void mark(const tensor_view& v_init, std::initializer_list<int64_t> idx) {
+      const uint8_t* p = element_ptr(v_init, idx);
+      if (p < base || p + elem_bytes > base + size) throw error("compare: written element outside its buffer");
+      std::memset(mask + (p - base), 1, elem_bytes);
+    }
+  };
+  marker marker_for(const tensor_view& v_init, const char* what) {
+    location loc = locate(init, v_init, what);
+    const host_buffer& buf = init.buffers.at(loc.buffer);
+    auto& m = written[loc.buffer];
+    if (m.empty()) m.assign(buf.size_bytes(), 0);
+    return marker{m.data(), buf.data(), buf.size_bytes(), dtype_size_bytes(v_init.type)};
+  }
+
+  static void add_mismatch(region_report& r, const compare_options& opt, mismatch m) {
+    ++r.mismatches;
+    if (static_cast<int64_t>(r.first.size()) < opt.max_listed) r.first.push_back(std::move(m));
+  }
+
+  static void note_ulp(region_report& r, int64_t ulp) {
+    r.histogram[ulp_bucket_of(ulp)]++;
+    r.max_ulp = std::max(r.max_ulp, ulp);
+  }
+};
+
+// A region of elements that must be written: compared between run a and run b.
+struct value_region {
+  region_report rep;
+  dtype type;
+  uint64_t poison;
+  value_region(std::string name, region_rule rule, dtype t) : type(t), poison(poison_bits(t)) {
+    rep.name = std::move(name);
+    rep.rule = rule;
+    rep.dtype_name = dtype_name(t);
+  }
+
+  // source_zero: the inputs this element is computed from are all zero.
+  void compare(uint32_t ref_bits, uint32_t got_bits, double allowance, bool source_zero,
+               const compare_options& opt, const std::function<std::string()>& where) {
+    ++rep.compared;
+    if (ref_bits == poison && got_bits == poison) ++rep.poison_both;
+    bool ref_zero = decode_to_f64(type, ref_bits) == 0.0;
+    bool got_zero = decode_to_f64(type, got_bits) == 0.0;
+    if (ref_zero && got_zero) ++rep.zero_both;
+    if (source_zero) ++rep.zero_inputs;
+    int64_t ulp = 0;
+    bool ok;
+    bool used = false;
+    if (rep.rule == region_rule::rope) {
+      ok = rope_element_passes(type, ref_bits, got_bits, allowance, opt, &ulp, &used);
+      if (used) ++rep.needed_allowance;
+    } else {
+      ok = ref_bits == got_bits;
+      ulp = ok ? 0 : ulp_distance(type, ref_bits, got_bits);
+      if (!ok && ulp == 0) ulp = 1;  // +0 vs -0: bits differ, data movement must keep them
+    }
+    comparer::note_ulp(rep, ulp);
+    if (!ok) {
+      mismatch m;
+      m.where = where();
+      m.run = "b";
+      m.expected = decode_to_f64(type, ref_bits);
+      m.got = decode_to_f64(type, got_bits);
+      m.expected_bits = ref_bits;
+      m.got_bits = got_bits;
+      m.ulp = ulp;
+      m.allowance = allowance;
+      comparer::add_mismatch(rep, opt, std::move(m));
+    }
+  }
+
+  void finish() {
+    if (rep.compared == 0) return;
+    if (rep.poison_both * 10 >= rep.compared * 9) {
+      rep.mistrusted = true;
+      rep.mistrust_reason = fmt::format("{} of {} elements still hold the poison pattern in both runs",
+                                        rep.poison_both, rep.compared);
+    } else if (rep.zero_both * 10 >= rep.compared * 9 && rep.zero_inputs * 10 < rep.compared * 9) {
+      rep.mistrusted = true;
+      rep.mistrust_reason = fmt::format(
+          "{} of {} elements are zero in both runs while only {} have zero inputs", rep.zero_both,
+          rep.compared, rep.zero_inputs);
+    }
+  }
+};
+
+uint32_t bits_at(const tensor_view& v, std::initializer_list<int64_t> idx) {
+  return static_cast<uint32_t>(load_bits(v.type, element_ptr(v, idx)));
+}
+
+}  // namespace
+
+case_report compare_runs(const case_data& init, const case_data& a, const case_data& b,
+                         const compare_options& opt) {
+  case_report report;
+  report.repro = init.prob.to_repro();
+  comparer cmp{init, a, b, opt, {}};
+  const op_args& args = init.args;
+  const op_options& o = args.options;
+
+  const int64_t tq = args.q_nope.shape[0];
+  const int64_t heads = args.q_nope.shape[1];
+  const int64_t dn = args.q_nope.shape[2];
+  const int64_t dr = args.q_pe.shape[2];
+  const int64_t ts = args.slot_mapping.shape[0];
+  const bool joint = args.cache.present();
+  const tensor_view& cache_any = joint ? args.cache : args.ckv_cache;
+  const int64_t block_size = cache_any.shape[1];
+
+  auto view_in = [&](const tensor_view& v, const case_data& run, const char* what) {
+    return rebase(v, locate(init, v, what), run);
+  };
+
+  std::vector<int64_t> slots(static_cast<size_t>(ts));
+  for (int64_t t = 0; t < ts; ++t) slots[t] = read_index(args.slot_mapping, t);
+
+  // q_out and in-place q_pe.
+  value_region q_nope_r("q_out.nope", region_rule::exact, args.q_out.type);
+  value_region q_rope_r("q_out.rope", region_rule::rope, args.q_out.type);
+  value_region q_inpl_r("q_pe.inplace", region_rule::rope, args.q_pe.type);
+  if (tq > 0) {
+    tensor_view qa = view_in(args.q_out, a, "q_out"), qb = view_in(args.q_out, b, "q_out");
+    tensor_view pa = view_in(args.q_pe, a, "q_pe"), pb = view_in(args.q_pe, b, "q_pe");
+    comparer::marker q_mark = cmp.marker_for(args.q_out, "q_out");
+    comparer::marker qpe_mark = cmp.marker_for(args.q_pe, "q_pe");
+    const float qs = args.q_scale;
+    for (int64_t t = 0; t < tq; ++t) {
+      if (o.padding == pad_q::skipped && slots[t] < 0) continue;
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < dn; ++d) {
+          bool zero = read_value(args.q_nope, {t, h, d}) == 0.0;
+          q_nope_r.compare(bits_at(qa, {t, h, d}), bits_at(qb, {t, h, d}), 0, zero, opt, [&] {
+            return fmt::format("token={} head={} dim={}", t, h, d);
+          });
+          q_mark.mark(args.q_out, {t, h, d});
+        }
+        for (int64_t j = 0; j < dr; ++j) {
+          rope_operands ro = q_rope_operands(args, t, h, j);
+          bool zero = ro.x == 0.0 && ro.partner == 0.0;
+          double allow = rope_allowance(ro, args.q_out.type, qs, o.scale);
+          q_rope_r.compare(bits_at(qa, {t, h, dn + j}), bits_at(qb, {t, h, dn + j}), allow, zero,
+                           opt, [&] { return fmt::format("token={} head={} dim={}", t, h, dn + j); });
+          q_mark.mark(args.q_out, {t, h, dn + j});
+          if (o.inplace_q) {
+            double allow_in = rope_allowance(ro, args.q_pe.type, 1.0f, o.scale);
+            q_inpl_r.compare(bits_at(pa, {t, h, j}), bits_at(pb, {t, h, j}), allow_in, zero, opt,
+                             [&] { return fmt::format("token={} head={} dim={}", t, h, j); });
+            qpe_mark.mark(args.q_pe, {t, h, j});
+          }
+        }
+      }
+    }
+  }
+
+  // Cache entries and in-place k_pe.
+  const dtype cache_t = cache_any.type;
+  value_region c_nope_r(joint ? "cache.nope" : "ckv_cache.nope", region_rule::exact, cache_t);
+  value_region c_rope_r(joint ? "cache.rope" : "kpe_cache.rope", region_rule::rope, cache_t);
+  value_region k_inpl_r("k_pe.inplace", region_rule::rope, args.k_pe.type);
+  {
+    tensor_view ca, cb, ka, kb, ra, rb;
+    if (joint) {
+      ca = view_in(args.cache, a, "cache");
+      cb = view_in(args.cache, b, "cache");
+    } else {
+      ca = view_in(args.ckv_cache, a, "ckv_cache");
+      cb = view_in(args.ckv_cache, b, "ckv_cache");
+      ra = view_in(args.kpe_cache, a, "kpe_cache");
+      rb = view_in(args.kpe_cache, b, "kpe_cache");
+    }
+    comparer::marker nope_mark = cmp.marker_for(joint ? args.cache : args.ckv_cache, "cache");
+    comparer::marker rope_mark = cmp.marker_for(joint ? args.cache : args.kpe_cache, "kpe_cache");
+    comparer::marker kpe_mark;
+    if (ts > 0) {
+      ka = view_in(args.k_pe, a, "k_pe");
+      kb = view_in(args.k_pe, b, "k_pe");
+      kpe_mark = cmp.marker_for(args.k_pe, "k_pe");
+    }
+    const int64_t nope_at = (joint && o.order == row_order::rope_first) ? dr : 0;
+    const int64_t rope_at = joint ? (o.order == row_order::rope_first ? 0 : dn) : 0;
+    for (int64_t t = 0; t < ts; ++t) {
+      const int64_t s = slots[t];
+      if (s < 0) continue;
+      const int64_t blk = s / block_size, ent = s % block_size;
+      for (int64_t d = 0; d < dn; ++d) {
+        bool zero = read_value(args.kv_c, {t, d}) == 0.0;
+        const int64_t f = nope_at + d;
+        const tensor_view& cv = joint ? args.cache : args.ckv_cache;
+        c_nope_r.compare(bits_at(ca, {blk, ent, f}), bits_at(cb, {blk, ent, f}), 0, zero, opt, [&] {
+          return fmt::format("block={} entry={} feature={} (slot {}, token {})", blk, ent, f, s, t);
+        });
+        nope_mark.mark(cv, {blk, ent, f});
+      }
+      for (int64_t j = 0; j < dr; ++j) {
+        rope_operands ro = k_rope_operands(args, t, j);
+        bool zero = ro.x == 0.0 && ro.partner == 0.0;
+        double allow = rope_allowance(ro, cache_t, args.k_scale, o.scale);
+        const int64_t f = rope_at + j;
+        const tensor_view& xa = joint ? ca : ra;
+        const tensor_view& xb = joint ? cb : rb;
+        c_rope_r.compare(bits_at(xa, {blk, ent, f}), bits_at(xb, {blk, ent, f}), allow, zero, opt,
+                         [&] {
+                           return fmt::format("block={} entry={} feature={} (slot {}, token {})",
+                                              blk, ent, f, s, t);
+                         });
+        rope_mark.mark(joint ? args.cache : args.kpe_cache, {blk, ent, f});
+        if (o.inplace_k) {
+          double allow_in = rope_allowance(ro, args.k_pe.type, 1.0f, o.scale);
+          k_inpl_r.compare(bits_at(ka, {t, j}), bits_at(kb, {t, j}), allow_in, zero, opt,
+                           [&] { return fmt::format("token={} dim={}", t, j); });
+          kpe_mark.mark(args.k_pe, {t, j});
+        }
+      }
+    }
+  }
+
+  std::vector<value_region*> value_regions = {&q_nope_r, &q_rope_r, &c_nope_r, &c_rope_r};
+  if (o.inplace_q) value_regions.push_back(&q_inpl_r);
+  if (o.inplace_k) value_regions.push_back(&k_inpl_r);
+  for (value_region* r : value_regions) {
+    r->finish();
+    report.regions.push_back(std::move(r->rep));
+  }
+
+  // Every byte not written: untouched (outputs) or unchanged (inputs), in both runs.
+  // Output buffers (core/case_data.h names); every other buffer holds inputs.
+  const std::vector<std::string> output_buffers = {"q_out", "cache", "ckv_cache", "kpe_cache"};
+  region_report guards;
+  guards.name = "guards";
+  guards.rule = region_rule::bytes;
+  guards.dtype_name = "u8";
+  for (const auto& [name, ibuf] : init.buffers) {
+    const bool is_output =
+        std::find(output_buffers.begin(), output_buffers.end(), name) != output_buffers.end();
+    region_report r;
+    r.name = name + (is_output ? ".untouched" : ".unchanged");
+    r.rule = region_rule::bytes;
+    r.dtype_name = "u8";
+    auto it = cmp.written.find(name);
+    const uint8_t* mask = it == cmp.written.end() ? nullptr : it->second.data();
+    const uint8_t* ip = ibuf.data();
+    for (const auto* run : {&b, &a}) {
+      const host_buffer& rb = run->buffers.at(name);
+      if (rb.size_bytes() != ibuf.size_bytes() || rb.guard_bytes() != ibuf.guard_bytes()) {
+        throw error(fmt::format("compare: buffer {} differs in size between runs", name));
+      }
+      const char* run_name = run == &b ? "b" : "a";
+      const uint8_t* rp = rb.data();
+      const size_t n = ibuf.size_bytes();
+      if (mask == nullptr && std::memcmp(rp, ip, n) == 0) {
+        r.compared += static_cast<int64_t>(n);
+        r.histogram[0] += static_cast<int64_t>(n);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          if (mask != nullptr && mask[i]) continue;
+          ++r.compared;
+          if (rp[i] == ip[i]) {
+            r.histogram[0]++;
+            continue;
+          }
+          comparer::note_ulp(r, ulp_distance_nan);
+          comparer::add_mismatch(
+              r, opt,
+              mismatch{fmt::format("byte={}", i), run_name, static_cast<double>(ip[i]),
+                       static_cast<double>(rp[i]), ip[i], rp[i], ulp_distance_nan, 0});
+        }
+      }
+      // Guards: raw bytes before and after the data.
+      const uint8_t* iraw = const_cast<host_buffer&>(ibuf).raw();
+      const uint8_t* rraw = const_cast<host_buffer&>(rb).raw();
+      const size_t g = ibuf.guard_bytes();
+      const size_t raw_n = ibuf.raw_size_bytes();
+      for (size_t i = 0; i < raw_n; ++i) {
+        if (i == g) i = g + n;
+        if (i >= raw_n) break;
+        ++guards.compared;
+        if (iraw[i] == rraw[i]) {
+          guards.histogram[0]++;
+          continue;
+        }
+        comparer::note_ulp(guards, ulp_distance_nan);
+        int64_t rel = static_cast<int64_t>(i) - static_cast<int64_t>(g);
+        comparer::add_mismatch(
+            guards, opt,
+            mismatch{fmt::format("buffer={} byte={}{}", name, rel,
+                                 rel < 0 ? " (before data)" : " (after data)"),
+                     run_name, static_cast<double>(iraw[i]), static_cast<double>(rraw[i]), iraw[i],
+                     rraw[i], ulp_distance_nan, 0});
+      }
+    }
+    report.regions.push_back(std::move(r));
+  }
+  report.regions.push_back(std::move(guards));
+
+  int64_t bad = 0;
+  std::string first_bad, first_mistrust;
+  for (const region_report& r : report.regions) {
+    if (r.mismatches > 0) {
+      ++bad;
+      if (first_bad.empty()) first_bad = r.name;
+    }
+    if (r.mistrusted && first_mistrust.empty()) first_mistrust = r.name + ": " + r.mistrust_reason;
+  }
+  if (bad > 0) {
+    report.outcome = case_outcome::failed;
+    report.message = fmt::format("{} region(s) mismatch, first: {}", bad, first_bad);
+  } else if (!first_mistrust.empty()) {
+    report.outcome = case_outcome::mistrusted;
+    report.message = first_mistrust;
+  } else {
+    report.outcome = case_outcome::passed;
+  }
+  return report;
+}
+
+std::string format_case_report(const case_report& r, bool verbose) {
+  std::string out = fmt::format("{} {}", outcome_name(r.outcome), r.repro);
+  if (!r.message.empty()) out += fmt::format("\n  {}", r.message);
+  for (const region_report& g : r.regions) {
+    if (!verbose && g.mismatches == 0 && !g.mistrusted) continue;
+    out += fmt::format("\n  {:<20} [{}, {}] {} compared, {} mismatches", g.name,
+                       region_rule_name(g.rule), g.dtype_name, g.compared, g.mismatches);
+    if (g.rule != region_rule::bytes) {
+      out += g.max_ulp == ulp_distance_nan ? std::string(", max ulp nan")
+                                           : fmt::format(", max ulp {}", g.max_ulp);
+    }
+    if (g.rule == region_rule::rope) out += fmt::format(", {} needed the allowance", g.needed_allowance);
+    if (g.rule != region_rule::bytes) {
+      std::string hist;
+      for (int k = 0; k < ulp_bucket_count; ++k) {
+        if (g.histogram[k] == 0) continue;
+        hist += fmt::format("{}{}:{}", hist.empty() ? "" : " ", ulp_bucket_label(k), g.histogram[k]);
+      }
+      out += fmt::format("\n    ulp histogram: {}", hist);
+    }
+    if (g.mistrusted) out += fmt::format("\n    MISTRUSTED: {}", g.mistrust_reason);
+    const int hex_digits = g.rule == region_rule::bytes ? 2 : static_cast<int>(2 * dtype_size_bytes(parse_dtype(g.dtype_name, "dtype")));
+    for (const mismatch& m : g.first) {
+      out += fmt::format("\n    {}{}: expected {:.9g} (0x{:0{}x}) got {:.9g} (0x{:0{}x})", m.where,
+                         m.run == "a" ? " [run a]" : "", m.expected, m.expected_bits, hex_digits,
+                         m.got, m.got_bits, hex_digits);
+      if (g.rule != region_rule::bytes) {
+        out += m.ulp == ulp_distance_nan ? std::string(", ulp nan") : fmt::format(", {} ulp", m.ulp);
+      }
+      if (g.rule == region_rule::rope) out += fmt::format(", allowance {:.3g}", m.allowance);
+    }
+    if (g.mismatches > static_cast<int64_t>(g.first.size())) {
+      out += fmt::format("\n    ... {} more", g.mismatches - static_cast<int64_t>(g.first.size()));
+    }
+  }
+  return out;
+}
+
+}  // namespace ropekv
