@@ -1,1 +1,217 @@
-// placeholder, replaced by its owner
+// The reference backend: core/SPEC.md, literally. OpenMP over tokens; every conversion goes
+// through core/convert.h; cache addresses come from core/cache_map.h.
+#include "backends/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cache_map.h"
+#include "core/convert.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/validate.h"
+
+namespace ropekv {
+namespace {
+
+inline uint8_t* byte_ptr(const tensor_view& v, int64_t offset_elems) {
+  return static_cast<uint8_t*>(v.data) +
+         offset_elems * static_cast<int64_t>(dtype_size_bytes(v.type));
+}
+
+int64_t load_index(const tensor_view& v, int64_t i) {
+  const uint64_t bits = load_bits(v.type, byte_ptr(v, i * v.strides_elems[0]));
+  switch (v.type) {
+    case dtype::i32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+    case dtype::i64: return static_cast<int64_t>(bits);
+    default:
+      throw error(fmt::format("reference: dtype {} is not an index dtype", dtype_name(v.type)));
+  }
+}
+
+// Decodes n contiguous elements of float dtype t at p into fp32 (exact: f16/bf16 upcast).
+void decode_row(dtype t, const uint8_t* p, int64_t n, float* out) {
+  const int64_t es = static_cast<int64_t>(dtype_size_bytes(t));
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = decode_to_f32(t, static_cast<uint32_t>(load_bits(t, p + i * es)));
+  }
+}
+
+// How one output (q_out or the cache) rounds its values.
+struct output_rule {
+  dtype type;
+  bool fp8;
+  scale_conv conv;
+  float scale;             // q_scale or k_scale
+  float recip;             // fp32(1 / scale)
+  overflow_mode overflow;  // saturate for fp8, ieee otherwise
+
+  output_rule(dtype t, scale_conv c, float s)
+      : type(t), fp8(dtype_is_fp8(t)), conv(c), scale(s), recip(1.0f / s),
+        overflow(dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee) {}
+
+  // Data-movement element: round(fp32(x)), or for fp8 round_sat(fp32(x / scale)) (divide) /
+  // round_sat(fp32(x * fp32(1 / scale))) (reciprocal), each a single fp32 operation.
+  uint32_t encode_nope(float x) const {
+    if (!fp8) return encode_from_f32(type, x, overflow);
+    switch (conv) {
+      case scale_conv::divide: return encode_from_f32(type, x / scale, overflow);
+      case scale_conv::reciprocal: return encode_from_f32(type, x * recip, overflow);
+    }
+    throw error(fmt::format("reference: bad scale_conv {}", static_cast<int>(conv)));
+  }
+
+  // Rope element: v is the exact x*C + R(x)*S (a double fma of exact products); scaled in
+  // double for fp8, then rounded once.
+  uint32_t encode_rope(double v) const {
+    if (!fp8) return encode_from_f64(type, v, overflow);
+    switch (conv) {
+      case scale_conv::divide: return encode_from_f64(type, v / static_cast<double>(scale), overflow);
+      case scale_conv::reciprocal:
+        return encode_from_f64(type, v * static_cast<double>(recip), overflow);
+    }
+    throw error(fmt::format("reference: bad scale_conv {}", static_cast<int>(conv)));
+  }
+};
+
+// rope(x) for one row of Dr values: out[j] = x[j]*C + R(x[j])*S, exactly (in double: the two
+// products of fp32 values are exact, the sum is one rounding of a double fma).
+void rope_row(rope_style style, int64_t dr, const float* x, const float* cos_row,
+              const float* sin_row, double* out) {
+  const int64_t half = dr / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    int64_t ia = 0, ib = 0;  // the pair (a, b) that uses cos[i], sin[i]
+    switch (style) {
+      case rope_style::gptj: ia = 2 * i; ib = 2 * i + 1; break;
+      case rope_style::neox: ia = i; ib = i + half; break;
+      default: throw error(fmt::format("reference: bad rope_style {}", static_cast<int>(style)));
+    }
+    const double c = cos_row[i], s = sin_row[i];
+    const double a = x[ia], b = x[ib];
+    out[ia] = std::fma(a, c, -b * s);  // a' = a*C + R(a)*S, R(a) = -b
+    out[ib] = std::fma(b, c, a * s);   // b' = b*C + R(b)*S, R(b) = a
+  }
+}
+
+void store(const tensor_view& v, int64_t offset_elems, uint32_t bits) {
+  store_bits(v.type, byte_ptr(v, offset_elems), bits);
+}
+
+}  // namespace
+
+void reference_run(const op_args& args) {
+  validate(args, /*check_values=*/true);
+  for (const tensor_view* v : {&args.q_nope, &args.q_out, &args.kv_c, &args.cache, &args.ckv_cache}) {
+    if (v->on_device) throw arg_error("reference", "host views", "device views");
+  }
+
+  const op_sizes sz = sizes_of(args);
+  const op_options& opt = args.options;
+  const paged_cache_map map = paged_cache_map::from_args(args);
+  const tensor_view& nope_cache = cache_part_view(args, map.nope_tensor());
+  const tensor_view& rope_cache = cache_part_view(args, map.rope_tensor());
+  const output_rule q_rule(args.q_out.type, opt.scale, args.q_scale);
+  const output_rule k_rule(nope_cache.type, opt.scale, args.k_scale);
+  const bool table_one = args.table() == table_kind::one;
+  const int64_t half = sz.dr / 2;
+  const int64_t ts = sz.ts;
+
+  // Reads the cos and sin halves of table row p.
+  auto load_table_row = [&](int64_t p, float* cos_row, float* sin_row) {
+    if (table_one) {
+      const tensor_view& t = args.cos_sin;
+      const uint8_t* row = byte_ptr(t, p * t.strides_elems[0]);
+      decode_row(t.type, row, half, cos_row);
+      decode_row(t.type, row + half * static_cast<int64_t>(dtype_size_bytes(t.type)), half, sin_row);
+    } else {
+      decode_row(args.cos.type, byte_ptr(args.cos, p * args.cos.strides_elems[0]), half, cos_row);
+      decode_row(args.sin.type, byte_ptr(args.sin, p * args.sin.strides_elems[0]), half, sin_row);
+    }
+  };
+
+#pragma omp parallel
+  {
+    std::vector<float> cos_row(static_cast<size_t>(half)), sin_row(static_cast<size_t>(half));
+    std::vector<float> x(static_cast<size_t>(sz.dr)), nope(static_cast<size_t>(sz.dn));
+    std::vector<double> rot(static_cast<size_t>(sz.dr));
+
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < ts; ++t) {
+      const int64_t slot = load_index(args.slot_mapping, t);
+      const bool write_cache = slot >= 0;
+      const bool compute_q = t < sz.tq && (write_cache || opt.padding == pad_q::computed);
+      if (!write_cache && !compute_q) continue;
+
+      int64_t p = load_index(args.positions, t);
+      if (opt.positions == pos_oob::clamp) p = std::clamp<int64_t>(p, 0, sz.table_rows - 1);
+      load_table_row(p, cos_row.data(), sin_row.data());
+
+      if (compute_q) {
+        for (int64_t h = 0; h < sz.heads; ++h) {
+          // rope from the original q_pe row (read whole before any in-place write-back)
+          const int64_t pe_off = t * args.q_pe.strides_elems[0] + h * args.q_pe.strides_elems[1];
+          decode_row(args.q_pe.type, byte_ptr(args.q_pe, pe_off), sz.dr, x.data());
+          rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
+
+          const int64_t nope_off = t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1];
+          decode_row(args.q_nope.type, byte_ptr(args.q_nope, nope_off), sz.dn, nope.data());
+          const int64_t out_off = t * args.q_out.strides_elems[0] + h * args.q_out.strides_elems[1];
+          for (int64_t d = 0; d < sz.dn; ++d) store(args.q_out, out_off + d, q_rule.encode_nope(nope[d]));
+          for (int64_t j = 0; j < sz.dr; ++j) {
+            store(args.q_out, out_off + sz.dn + j, q_rule.encode_rope(rot[j]));
+          }
+          if (opt.inplace_q) {
+            for (int64_t j = 0; j < sz.dr; ++j) {
+              store(args.q_pe, pe_off + j, encode_from_f64(args.q_pe.type, rot[j], overflow_mode::ieee));
+            }
+          }
+        }
+      }
+
+      if (write_cache) {
+        const int64_t kpe_off = t * args.k_pe.strides_elems[0];
+        decode_row(args.k_pe.type, byte_ptr(args.k_pe, kpe_off), sz.dr, x.data());
+        rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
+        decode_row(args.kv_c.type, byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]), sz.dn, nope.data());
+        for (int64_t d = 0; d < sz.dn; ++d) {
+          store(nope_cache, map.nope_offset_elems(slot, d), k_rule.encode_nope(nope[d]));
+        }
+        for (int64_t j = 0; j < sz.dr; ++j) {
+          store(rope_cache, map.rope_offset_elems(slot, j), k_rule.encode_rope(rot[j]));
+        }
+        if (opt.inplace_k) {
+          for (int64_t j = 0; j < sz.dr; ++j) {
+            store(args.k_pe, kpe_off + j, encode_from_f64(args.k_pe.type, rot[j], overflow_mode::ieee));
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+class cpu_backend final : public backend {
+ public:
+  std::string name() const override { return "ref"; }
+  std::string unsupported_reason(const op_args&) const override { return {}; }
+  void run_host(const op_args& args, const std::vector<memory_region>&) override {
+    reference_run(args);  // validates first
+  }
+  std::string last_variant() const override { return "reference"; }
+  std::string device_description() const override {
+    return fmt::format("cpu: {} OpenMP threads", omp_get_max_threads());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<backend> make_cpu_backend() { return std::make_unique<cpu_backend>(); }
+
+}  // namespace ropekv

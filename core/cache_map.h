@@ -1,0 +1,94 @@
+// Host-side cache address arithmetic of core/SPEC.md, in one place: where slot s, feature d of
+// the nope part and of the rope part live, for both layouts and both row orders. Used by the
+// reference (backends/cpu) and by the comparison code. The GPU kernels (backends/hip) carry
+// their own arithmetic: the two are checked against each other and must not share code.
+#pragma once
+#include <cstdint>
+
+#include "core/op.h"
+
+namespace ropekv {
+
+struct paged_cache_map {
+  // Which tensor of op_args a part lives in.
+  enum class part_tensor : uint8_t { cache, ckv_cache, kpe_cache };
+
+  cache_layout layout = cache_layout::joint;
+  row_order order = row_order::nope_first;
+  int64_t num_blocks = 0, block_size = 1;
+  int64_t dn = 0, dr = 0;
+  // Strides in elements of the cache dtype: [block, entry] of the nope tensor and of the rope
+  // tensor (for joint both are the cache's strides).
+  int64_t nope_block_stride = 0, nope_entry_stride = 0;
+  int64_t rope_block_stride = 0, rope_entry_stride = 0;
+  // Offset of feature 0 of the part inside its row (joint: depends on the order; split: 0).
+  int64_t nope_feature0 = 0, rope_feature0 = 0;
+
+  // Builds the map from the args' cache views (layout per args.options.layout). The shapes
+  // must be valid (validate() first); the strides are read from the views.
+  static paged_cache_map from_args(const op_args& args) {
+    paged_cache_map m;
+    m.layout = args.options.layout;
+    m.order = args.options.order;
+    m.dr = args.q_pe.rank == 3 ? args.q_pe.shape[2] : 0;
+    if (m.layout == cache_layout::joint) {
+      const tensor_view& c = args.cache;
+      m.num_blocks = c.shape[0];
+      m.block_size = c.shape[1];
+      m.dn = c.shape[2] - m.dr;
+      m.nope_block_stride = m.rope_block_stride = c.strides_elems[0];
+      m.nope_entry_stride = m.rope_entry_stride = c.strides_elems[1];
+      if (m.order == row_order::nope_first) {
+        m.nope_feature0 = 0;
+        m.rope_feature0 = m.dn;
+      } else {
+        m.rope_feature0 = 0;
+        m.nope_feature0 = m.dr;
+      }
+    } else {
+      const tensor_view& n = args.ckv_cache;
+      const tensor_view& r = args.kpe_cache;
+      m.num_blocks = n.shape[0];
+      m.block_size = n.shape[1];
+      m.dn = n.shape[2];
+      m.nope_block_stride = n.strides_elems[0];
+      m.nope_entry_stride = n.strides_elems[1];
+      m.rope_block_stride = r.strides_elems[0];
+      m.rope_entry_stride = r.strides_elems[1];
+    }
+    return m;
+  }
+
+  int64_t capacity_slots() const { return num_blocks * block_size; }
+
+  part_tensor nope_tensor() const {
+    return layout == cache_layout::joint ? part_tensor::cache : part_tensor::ckv_cache;
+  }
+  part_tensor rope_tensor() const {
+    return layout == cache_layout::joint ? part_tensor::cache : part_tensor::kpe_cache;
+  }
+
+  // Element offsets (relative to the data pointer of nope_tensor() / rope_tensor()) of feature
+  // d of slot s's nope part (d < dn) and rope part (d < dr). s in [0, capacity_slots()).
+  int64_t nope_offset_elems(int64_t slot, int64_t d) const {
+    return (slot / block_size) * nope_block_stride + (slot % block_size) * nope_entry_stride +
+           nope_feature0 + d;
+  }
+  int64_t rope_offset_elems(int64_t slot, int64_t d) const {
+    return (slot / block_size) * rope_block_stride + (slot % block_size) * rope_entry_stride +
+           rope_feature0 + d;
+  }
+};
+
+// The view a part lives in.
+inline const tensor_view& cache_part_view(const op_args& args,
+                                          paged_cache_map::part_tensor which) {
+  switch (which) {
+    case paged_cache_map::part_tensor::cache: return args.cache;
+    case paged_cache_map::part_tensor::ckv_cache: return args.ckv_cache;
+    case paged_cache_map::part_tensor::kpe_cache: return args.kpe_cache;
+  }
+  throw error("cache_part_view: bad part_tensor " + std::to_string(static_cast<int>(which)));
+}
+
+}  // namespace ropekv

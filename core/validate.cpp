@@ -1,0 +1,458 @@
+// Validation of one call against core/SPEC.md "Errors". Every check runs before any backend
+// writes a byte; each failure is an arg_error naming the argument, with expected vs got.
+#include "core/validate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cache_map.h"
+#include "core/convert.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace ropekv {
+namespace {
+
+std::string dims_string(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+std::string view_shape(const tensor_view& v) {
+  return dims_string(std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.rank));
+}
+
+std::string dtype_list(std::initializer_list<dtype> types) {
+  std::string s;
+  for (dtype t : types) {
+    if (!s.empty()) s += '|';
+    s += dtype_name(t);
+  }
+  return s;
+}
+
+// One argument as validation sees it.
+struct named_view {
+  const char* name;
+  const tensor_view* view;
+};
+
+void require_present(const tensor_view& v, const char* name, const std::string& what) {
+  if (!v.present()) throw arg_error(name, what, "absent");
+}
+
+void require_absent(const tensor_view& v, const char* name, const std::string& why) {
+  if (v.present()) throw arg_error(name, "absent (" + why + ")", "a tensor " + view_shape(v));
+}
+
+// Rank, non-negative dims, dtype, strides (innermost 1, none negative), alignment.
+void check_tensor(const tensor_view& v, const char* name, int rank,
+                  std::initializer_list<dtype> allowed) {
+  if (v.rank != rank) {
+    throw arg_error(name, "rank " + std::to_string(rank),
+                    "rank " + std::to_string(v.rank) + " " + view_shape(v));
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (v.shape[d] < 0) {
+      throw arg_error(fmt::format("{}.shape[{}]", name, d), ">= 0", std::to_string(v.shape[d]));
+    }
+  }
+  if (std::find(allowed.begin(), allowed.end(), v.type) == allowed.end()) {
+    throw arg_error(std::string(name) + ".dtype", dtype_list(allowed), dtype_name(v.type));
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (v.strides_elems[d] < 0) {
+      throw arg_error(fmt::format("{}.strides[{}]", name, d), ">= 0",
+                      std::to_string(v.strides_elems[d]));
+    }
+  }
+  if (rank > 0 && v.strides_elems[rank - 1] != 1) {
+    throw arg_error(fmt::format("{}.strides[{}]", name, rank - 1), "1 (innermost contiguous)",
+                    std::to_string(v.strides_elems[rank - 1]));
+  }
+  const size_t align = dtype_size_bytes(v.type);
+  if (v.data != nullptr && reinterpret_cast<uintptr_t>(v.data) % align != 0) {
+    throw arg_error(name, fmt::format("data aligned to {} bytes", align),
+                    fmt::format("address {}", v.data));
+  }
+}
+
+void check_same_dtype(const tensor_view& v, const char* name, const tensor_view& ref,
+                      const char* ref_name) {
+  if (v.type != ref.type) {
+    throw arg_error(std::string(name) + ".dtype",
+                    fmt::format("{} (dtype of {})", dtype_name(ref.type), ref_name),
+                    dtype_name(v.type));
+  }
+}
+
+// Shape equality, naming the first differing dimension.
+void check_shape(const tensor_view& v, const char* name, const std::vector<int64_t>& expected) {
+  for (size_t d = 0; d < expected.size(); ++d) {
+    if (v.shape[d] != expected[d]) {
+      throw arg_error(fmt::format("{}.shape[{}]", name, d), dims_string(expected), view_shape(v));
+    }
+  }
+}
+
+int64_t numel_of(const tensor_view& v) {
+  int64_t n = 1;
+  for (int d = 0; d < v.rank; ++d) n *= v.shape[d];
+  return n;
+}
+
+// Absolute byte range [lo, hi) the view can touch; empty (lo == hi) when it has no element.
+std::pair<uintptr_t, uintptr_t> byte_range(const tensor_view& v) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(v.data);
+  if (!v.present() || numel_of(v) == 0) return {base, base};
+  int64_t last = 0;
+  for (int d = 0; d < v.rank; ++d) last += (v.shape[d] - 1) * v.strides_elems[d];
+  const int64_t es = static_cast<int64_t>(dtype_size_bytes(v.type));
+  return {base, base + static_cast<uintptr_t>((last + 1) * es)};
+}
+
+// Byte intervals of the innermost rows of a view (each row is contiguous).
+void append_rows(const tensor_view& v, int tag, std::vector<std::pair<uintptr_t, uintptr_t>>& rows,
+                 std::vector<int>& tags) {
+  const int64_t es = static_cast<int64_t>(dtype_size_bytes(v.type));
+  const int64_t row_bytes = v.shape[v.rank - 1] * es;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(v.data);
+  std::array<int64_t, max_rank> idx{};
+  const int outer = v.rank - 1;
+  while (true) {
+    int64_t off = 0;
+    for (int d = 0; d < outer; ++d) off += idx[d] * v.strides_elems[d];
+    const uintptr_t lo = base + static_cast<uintptr_t>(off * es);
+    rows.emplace_back(lo, lo + static_cast<uintptr_t>(row_bytes));
+    tags.push_back(tag);
+    int d = outer - 1;
+    while (d >= 0 && ++idx[d] == v.shape[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+}
+
+// True when the two views share a byte. Fast path: disjoint byte ranges. Otherwise (e.g. kv_c
+// and k_pe as column slices of one [Tk, Dn + Dr] buffer) the rows of both are swept exactly;
+// beyond a size bound the answer is the conservative "overlap".
+bool views_overlap(const tensor_view& a, const tensor_view& b) {
+  const auto ra = byte_range(a), rb = byte_range(b);
+  if (ra.first == ra.second || rb.first == rb.second) return false;
+  if (ra.second <= rb.first || rb.second <= ra.first) return false;
+  const int64_t rows_a = numel_of(a) / a.shape[a.rank - 1];
+  const int64_t rows_b = numel_of(b) / b.shape[b.rank - 1];
+  constexpr int64_t max_rows = int64_t{1} << 22;
+  if (rows_a + rows_b > max_rows) return true;
+  std::vector<std::pair<uintptr_t, uintptr_t>> rows;
+  std::vector<int> tags;
+  rows.reserve(static_cast<size_t>(rows_a + rows_b));
+  tags.reserve(rows.capacity());
+  append_rows(a, 0, rows, tags);
+  append_rows(b, 1, rows, tags);
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return rows[x].first < rows[y].first; });
+  uintptr_t max_end[2] = {0, 0};
+  for (size_t i : order) {
+    const int other = 1 - tags[i];
+    if (rows[i].first < max_end[other]) return true;
+    max_end[tags[i]] = std::max(max_end[tags[i]], rows[i].second);
+  }
+  return false;
+}
+
+int64_t load_index(const tensor_view& v, int64_t i) {
+  const void* p = static_cast<const uint8_t*>(v.data) +
+                  i * v.strides_elems[0] * static_cast<int64_t>(dtype_size_bytes(v.type));
+  const uint64_t bits = load_bits(v.type, p);
+  switch (v.type) {
+    case dtype::i32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+    case dtype::i64: return static_cast<int64_t>(bits);
+    default:
+      throw error(fmt::format("load_index: dtype {} is not an index dtype", dtype_name(v.type)));
+  }
+}
+
+void check_scale(float scale, const char* name) {
+  if (!std::isfinite(scale) || !(scale > 0.0f)) {
+    throw arg_error(name, "finite and > 0", fmt::format("{}", scale));
+  }
+}
+
+// The cache tensor `v` [num_blocks, block_size, row_width]: entries and blocks must not overlap.
+void check_cache_entries(const tensor_view& v, const char* name) {
+  const int64_t nb = v.shape[0], bs = v.shape[1], width = v.shape[2];
+  const int64_t es = v.strides_elems[1], bstride = v.strides_elems[0];
+  if (bs > 1 && es < width) {
+    throw arg_error(fmt::format("{}.strides[1]", name), fmt::format(">= {} (row width)", width),
+                    std::to_string(es));
+  }
+  const int64_t entry_pitch = bs > 1 ? es : width;
+  if (nb > 1 && bstride < bs * entry_pitch) {
+    throw arg_error(fmt::format("{}.strides[0]", name),
+                    fmt::format(">= {} (block_size x entry stride)", bs * entry_pitch),
+                    std::to_string(bstride));
+  }
+}
+
+template <typename E>
+void check_enum(E v, const char* name) {
+  // to_string throws for an out-of-range value; turn that into an arg_error naming the option.
+  try {
+    (void)to_string(v);
+  } catch (const error&) {
+    throw arg_error(name, std::string(enum_names<E>::list), std::to_string(static_cast<int>(v)));
+  }
+}
+
+}  // namespace
+
+void validate(const op_args& args, bool check_values) {
+  const auto in_types = {dtype::f32, dtype::f16, dtype::bf16};
+  const auto index_types = {dtype::i32, dtype::i64};
+  const auto out_types = {dtype::f32,          dtype::f16,      dtype::bf16,
+                          dtype::fp8_e4m3fn,   dtype::fp8_e4m3fnuz, dtype::fp8_e5m2,
+                          dtype::fp8_e5m2fnuz};
+  const op_options& opt = args.options;
+
+  // --- option values in range (an enum filled from raw bytes must not reach a switch)
+  check_enum(opt.style, "options.style");
+  check_enum(opt.layout, "options.layout");
+  check_enum(opt.order, "options.order");
+  check_enum(opt.scale, "options.scale_conv");
+  check_enum(opt.padding, "options.pad_q");
+  check_enum(opt.positions, "options.pos_oob");
+
+  // --- presence, rank, dtype, strides of every tensor
+  require_present(args.q_nope, "q_nope", "a tensor [Tq, H, Dn]");
+  require_present(args.q_pe, "q_pe", "a tensor [Tq, H, Dr]");
+  require_present(args.kv_c, "kv_c", "a tensor [Tk, Dn]");
+  require_present(args.k_pe, "k_pe", "a tensor [Tk, Dr]");
+  require_present(args.positions, "positions", "a tensor [Tk]");
+  require_present(args.slot_mapping, "slot_mapping", "a tensor [Ts]");
+  require_present(args.q_out, "q_out", "a tensor [Tq, H, Dn + Dr]");
+  check_tensor(args.q_nope, "q_nope", 3, in_types);
+  check_tensor(args.q_pe, "q_pe", 3, in_types);
+  check_same_dtype(args.q_pe, "q_pe", args.q_nope, "q_nope");
+  check_tensor(args.kv_c, "kv_c", 2, in_types);
+  check_tensor(args.k_pe, "k_pe", 2, in_types);
+  check_same_dtype(args.k_pe, "k_pe", args.kv_c, "kv_c");
+  check_tensor(args.positions, "positions", 1, index_types);
+  check_tensor(args.slot_mapping, "slot_mapping", 1, index_types);
+  check_tensor(args.q_out, "q_out", 3, out_types);
+
+  const bool table_one = args.cos_sin.present();
+  if (table_one) {
+    require_absent(args.cos, "cos", "table one: cos_sin is given");
+    require_absent(args.sin, "sin", "table one: cos_sin is given");
+    check_tensor(args.cos_sin, "cos_sin", 2, in_types);
+  } else {
+    if (!args.cos.present() && !args.sin.present()) {
+      throw arg_error("cos_sin", "a table [P, Dr], or cos and sin [P, Dr/2]", "absent");
+    }
+    require_present(args.cos, "cos", "a table [P, Dr/2] (table two: sin is given)");
+    require_present(args.sin, "sin", "a table [P, Dr/2] (table two: cos is given)");
+    check_tensor(args.cos, "cos", 2, in_types);
+    check_tensor(args.sin, "sin", 2, in_types);
+  }
+
+  switch (opt.layout) {
+    case cache_layout::joint:
+      require_present(args.cache, "cache", "a tensor [num_blocks, block_size, Dn + Dr] (layout joint)");
+      require_absent(args.ckv_cache, "ckv_cache", "layout joint");
+      require_absent(args.kpe_cache, "kpe_cache", "layout joint");
+      check_tensor(args.cache, "cache", 3, out_types);
+      break;
+    case cache_layout::split:
+      require_absent(args.cache, "cache", "layout split");
+      require_present(args.ckv_cache, "ckv_cache", "a tensor [num_blocks, block_size, Dn] (layout split)");
+      require_present(args.kpe_cache, "kpe_cache", "a tensor [num_blocks, block_size, Dr] (layout split)");
+      check_tensor(args.ckv_cache, "ckv_cache", 3, out_types);
+      check_tensor(args.kpe_cache, "kpe_cache", 3, out_types);
+      check_same_dtype(args.kpe_cache, "kpe_cache", args.ckv_cache, "ckv_cache");
+      break;
+    default:
+      throw error(fmt::format("validate: bad cache_layout {}", static_cast<int>(opt.layout)));
+  }
+
+  // --- one memory space
+  const named_view all_views[] = {
+      {"q_nope", &args.q_nope}, {"q_pe", &args.q_pe},       {"kv_c", &args.kv_c},
+      {"k_pe", &args.k_pe},     {"positions", &args.positions}, {"slot_mapping", &args.slot_mapping},
+      {"cos_sin", &args.cos_sin}, {"cos", &args.cos},       {"sin", &args.sin},
+      {"q_out", &args.q_out},   {"cache", &args.cache},     {"ckv_cache", &args.ckv_cache},
+      {"kpe_cache", &args.kpe_cache}};
+  for (const named_view& nv : all_views) {
+    if (nv.view->present() && nv.view->on_device != args.q_nope.on_device) {
+      throw arg_error(nv.name,
+                      args.q_nope.on_device ? "device memory (like q_nope)" : "host memory (like q_nope)",
+                      nv.view->on_device ? "device memory" : "host memory");
+    }
+  }
+
+  // --- sizes and shapes (core/SPEC.md notation)
+  const int64_t tq = args.q_nope.shape[0], heads = args.q_nope.shape[1], dn = args.q_nope.shape[2];
+  const int64_t dr = args.q_pe.shape[2];
+  const int64_t tk = args.kv_c.shape[0];
+  const int64_t ts = args.slot_mapping.shape[0];
+  if (heads <= 0) throw arg_error("q_nope.shape[1]", "H > 0", std::to_string(heads));
+  if (dn <= 0) throw arg_error("q_nope.shape[2]", "Dn > 0", std::to_string(dn));
+  check_shape(args.q_pe, "q_pe", {tq, heads, args.q_pe.shape[2]});
+  if (dr <= 0 || dr % 2 != 0) throw arg_error("q_pe.shape[2]", "Dr even and > 0", std::to_string(dr));
+  check_shape(args.kv_c, "kv_c", {tk, dn});
+  check_shape(args.k_pe, "k_pe", {tk, dr});
+  check_shape(args.positions, "positions", {tk});
+  check_shape(args.q_out, "q_out", {tq, heads, dn + dr});
+  if (tq > ts) {
+    throw arg_error("q_nope.shape[0]", fmt::format("<= {} (Ts, slot_mapping.shape[0])", ts),
+                    std::to_string(tq));
+  }
+  if (ts > tk) {
+    throw arg_error("slot_mapping.shape[0]", fmt::format("<= {} (Tk, kv_c.shape[0])", tk),
+                    std::to_string(ts));
+  }
+
+  int64_t table_rows = 0;
+  if (table_one) {
+    table_rows = args.cos_sin.shape[0];
+    if (table_rows <= 0) throw arg_error("cos_sin.shape[0]", "P > 0", std::to_string(table_rows));
+    check_shape(args.cos_sin, "cos_sin", {table_rows, dr});
+  } else {
+    table_rows = args.cos.shape[0];
+    if (table_rows <= 0) throw arg_error("cos.shape[0]", "P > 0", std::to_string(table_rows));
+    check_shape(args.cos, "cos", {table_rows, dr / 2});
+    check_shape(args.sin, "sin", {table_rows, dr / 2});
+  }
+
+  if (opt.layout == cache_layout::joint) {
+    const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
+    if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
+    check_shape(args.cache, "cache", {nb, bs, dn + dr});
+    check_cache_entries(args.cache, "cache");
+  } else {
+    const int64_t nb = args.ckv_cache.shape[0], bs = args.ckv_cache.shape[1];
+    if (bs <= 0) throw arg_error("ckv_cache.shape[1]", "block_size > 0", std::to_string(bs));
+    check_shape(args.ckv_cache, "ckv_cache", {nb, bs, dn});
+    check_shape(args.kpe_cache, "kpe_cache", {nb, bs, dr});
+    check_cache_entries(args.ckv_cache, "ckv_cache");
+    check_cache_entries(args.kpe_cache, "kpe_cache");
+  }
+
+  // --- outputs must not overlap each other or any input. The in-place q_pe / k_pe are outputs
+  // (and then not inputs). Exception (issue #6, zero-copy concat): q_nope may be exactly the
+  // first Dn columns of q_out (same pointer, dtype and outer strides); the copy is an identity.
+  std::vector<named_view> outputs = {{"q_out", &args.q_out}};
+  if (opt.layout == cache_layout::joint) {
+    outputs.push_back({"cache", &args.cache});
+  } else {
+    outputs.push_back({"ckv_cache", &args.ckv_cache});
+    outputs.push_back({"kpe_cache", &args.kpe_cache});
+  }
+  if (opt.inplace_q) outputs.push_back({"q_pe", &args.q_pe});
+  if (opt.inplace_k) outputs.push_back({"k_pe", &args.k_pe});
+  std::vector<named_view> inputs = {{"q_nope", &args.q_nope}, {"kv_c", &args.kv_c},
+                                    {"positions", &args.positions},
+                                    {"slot_mapping", &args.slot_mapping}};
+  if (!opt.inplace_q) inputs.push_back({"q_pe", &args.q_pe});
+  if (!opt.inplace_k) inputs.push_back({"k_pe", &args.k_pe});
+  if (table_one) {
+    inputs.push_back({"cos_sin", &args.cos_sin});
+  } else {
+    inputs.push_back({"cos", &args.cos});
+    inputs.push_back({"sin", &args.sin});
+  }
+  const bool q_nope_is_q_out_prefix =
+      args.q_nope.data == args.q_out.data && args.q_nope.type == args.q_out.type &&
+      args.q_nope.strides_elems[0] == args.q_out.strides_elems[0] &&
+      args.q_nope.strides_elems[1] == args.q_out.strides_elems[1];
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      if (views_overlap(*outputs[i].view, *outputs[j].view)) {
+        throw arg_error(outputs[i].name, fmt::format("memory disjoint from output {}", outputs[j].name),
+                        fmt::format("overlapping {}", outputs[j].name));
+      }
+    }
+    for (const named_view& in : inputs) {
+      if (outputs[i].view == &args.q_out && in.view == &args.q_nope && q_nope_is_q_out_prefix) {
+        continue;
+      }
+      if (views_overlap(*outputs[i].view, *in.view)) {
+        throw arg_error(outputs[i].name, fmt::format("memory disjoint from input {}", in.name),
+                        fmt::format("overlapping {}", in.name));
+      }
+    }
+  }
+
+  // --- scales (checked for every output dtype, used for fp8 only)
+  check_scale(args.k_scale, "k_scale");
+  check_scale(args.q_scale, "q_scale");
+
+  // --- values of slot_mapping and positions
+  if (!check_values) return;
+  if (args.slot_mapping.on_device || args.positions.on_device) {
+    throw arg_error(args.slot_mapping.on_device ? "slot_mapping" : "positions",
+                    "host memory (or validate with check_values = false)", "device memory");
+  }
+  const paged_cache_map map = paged_cache_map::from_args(args);
+  const int64_t capacity = map.capacity_slots();
+  std::vector<std::pair<int64_t, int64_t>> written;  // (slot, token)
+  written.reserve(static_cast<size_t>(ts));
+  for (int64_t t = 0; t < ts; ++t) {
+    const int64_t s = load_index(args.slot_mapping, t);
+    if (s >= capacity) {
+      throw arg_error(fmt::format("slot_mapping[{}]", t), fmt::format("< {}", capacity),
+                      std::to_string(s));
+    }
+    if (s >= 0) written.emplace_back(s, t);
+  }
+  std::sort(written.begin(), written.end());
+  int64_t dup_token = -1, dup_first = -1, dup_slot = -1;
+  for (size_t i = 1; i < written.size(); ++i) {
+    if (written[i].first == written[i - 1].first) {
+      // Report the earliest token that repeats a slot of an earlier token.
+      const int64_t t = written[i].second;
+      if (dup_token < 0 || t < dup_token) {
+        dup_token = t;
+        dup_slot = written[i].first;
+        // first occurrence of this slot: walk back to the run's start
+        size_t k = i;
+        while (k > 0 && written[k - 1].first == dup_slot) --k;
+        dup_first = written[k].second;
+      }
+    }
+  }
+  if (dup_token >= 0) {
+    throw arg_error(fmt::format("slot_mapping[{}]", dup_token), "unique slot",
+                    fmt::format("{} (also at token {})", dup_slot, dup_first));
+  }
+
+  switch (opt.positions) {
+    case pos_oob::clamp: break;
+    case pos_oob::error:
+      for (int64_t t = 0; t < ts; ++t) {
+        const int64_t s = load_index(args.slot_mapping, t);
+        const bool used = s >= 0 || (t < tq && opt.padding == pad_q::computed);
+        if (!used) continue;
+        const int64_t p = load_index(args.positions, t);
+        if (p < 0 || p >= table_rows) {
+          throw arg_error(fmt::format("positions[{}]", t), fmt::format("[0, {})", table_rows),
+                          std::to_string(p));
+        }
+      }
+      break;
+    default:
+      throw error(fmt::format("validate: bad pos_oob {}", static_cast<int>(opt.positions)));
+  }
+}
+
+}  // namespace ropekv
