@@ -1,0 +1,115 @@
+// ropekv's own GPU compatibility header (vLLM cuda_compat.h style: wrap only what differs).
+//
+// The kernel source is written against HIP names. Three compilers see it:
+//   - hipcc / clang -x hip (__HIP__ or __HIPCC__): <hip/hip_runtime.h>, nothing renamed;
+//   - nvcc (__CUDACC__): the few HIP runtime names we use are mapped to CUDA;
+//   - the host C++ simulation (ROPEKV_SIM): the device-side names the kernel body uses
+//     (threadIdx, blockIdx, blockDim, gridDim, __device__, __forceinline__, the float helpers
+//     and vector memory accesses) get host definitions; the sim launcher sets the index
+//     variables before it calls the body.
+// Kernel code uses only the ROPEKV_* macros below for float arithmetic and vector memory
+// access, so the three builds execute the same operations.
+#pragma once
+#include <cstdint>
+
+#if defined(ROPEKV_SIM)
+// ---------------------------------------------------------------- host simulation
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define ROPEKV_DEVICE inline
+#define ROPEKV_HOST_DEVICE inline
+#define ROPEKV_FORCEINLINE inline
+
+struct rk_dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+// Set by the sim launcher (backends/sim) for the block and thread being executed.
+inline thread_local rk_dim3 threadIdx;
+inline thread_local rk_dim3 blockIdx;
+inline thread_local rk_dim3 blockDim;
+inline thread_local rk_dim3 gridDim;
+
+// Each operation is one IEEE binary32 operation: the sim is compiled with -ffp-contract=off,
+// so a multiply is never fused into a neighbouring add; std::fmaf is the correctly rounded fma.
+#define ROPEKV_FMUL_RN(a, b) ((float)(a) * (float)(b))
+#define ROPEKV_FDIV_RN(a, b) ((float)(a) / (float)(b))
+#define ROPEKV_FMAF(a, b, c) std::fmaf((a), (b), (c))
+
+// Vector accesses of 4, 8 or 16 bytes. A GPU faults (or silently misbehaves) on a misaligned
+// vector access; the sim aborts loudly instead, so alignment logic is tested on the CPU.
+inline void rk_sim_check_align(const void* p, int bytes, const char* what) {
+  if ((reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) != 0) {
+    std::fprintf(stderr, "ropekv sim: misaligned %d-byte vector %s at %p\n", bytes, what, p);
+    std::abort();
+  }
+}
+inline void rk_load_words(const void* p, int bytes, uint32_t* w) {
+  rk_sim_check_align(p, bytes, "load");
+  std::memcpy(w, p, static_cast<size_t>(bytes));
+}
+inline void rk_store_words(void* p, int bytes, const uint32_t* w) {
+  rk_sim_check_align(p, bytes, "store");
+  std::memcpy(p, w, static_cast<size_t>(bytes));
+}
+
+#else
+// ---------------------------------------------------------------- real GPU compilers
+#if defined(__CUDACC__) && !defined(__HIP__)
+#include <cuda_runtime.h>
+// HIP runtime names used by backends/hip, mapped to CUDA.
+#define hipStream_t cudaStream_t
+#define hipError_t cudaError_t
+#define hipSuccess cudaSuccess
+#define hipMalloc cudaMalloc
+#define hipFree cudaFree
+#define hipMemcpy cudaMemcpy
+#define hipMemcpyAsync cudaMemcpyAsync
+#define hipMemcpyHostToDevice cudaMemcpyHostToDevice
+#define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipDeviceSynchronize cudaDeviceSynchronize
+#define hipGetLastError cudaGetLastError
+#define hipGetErrorString cudaGetErrorString
+#define hipGetDevice cudaGetDevice
+#define hipGetDeviceCount cudaGetDeviceCount
+#define hipGetDeviceProperties cudaGetDeviceProperties
+#define hipDeviceProp_t cudaDeviceProp
+#define hipDriverGetVersion cudaDriverGetVersion
+#define hipRuntimeGetVersion cudaRuntimeGetVersion
+#else
+#include <hip/hip_runtime.h>
+#endif
+
+#define ROPEKV_DEVICE __device__ __forceinline__
+#define ROPEKV_HOST_DEVICE __host__ __device__ __forceinline__
+#define ROPEKV_FORCEINLINE __forceinline__
+
+// Explicit round-to-nearest operations: no compiler may contract or reassociate them.
+#define ROPEKV_FMUL_RN(a, b) __fmul_rn((a), (b))
+#define ROPEKV_FDIV_RN(a, b) __fdiv_rn((a), (b))
+#define ROPEKV_FMAF(a, b, c) __fmaf_rn((a), (b), (c))
+
+__device__ __forceinline__ void rk_load_words(const void* p, int bytes, uint32_t* w) {
+  if (bytes == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+  } else if (bytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x; w[1] = v.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+__device__ __forceinline__ void rk_store_words(void* p, int bytes, const uint32_t* w) {
+  if (bytes == 16) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else if (bytes == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+  }
+}
+#endif

@@ -1,0 +1,457 @@
+// The fused MLA kernel body: RoPE + paged KV-cache write + q concat (core/SPEC.md).
+//
+// This file is device code that compiles three ways (backends/hip/gpu_compat.h): hipcc, nvcc,
+// and host C++ for the simulation (backends/sim includes it unchanged). It must not include
+// anything from core/: the kernel carries its own conversions and cache addressing, so that the
+// reference (backends/cpu, core/convert) and the kernel are independent and checked against
+// each other.
+//
+// Work decomposition (no intra-block cooperation, no shared memory, no __syncthreads):
+//   grid.x = Ts tokens (Tq <= Ts), grid.y = ceil(H / heads_per_block) head groups.
+//   Block (t, g) writes q_out rows of heads [g*hpb, (g+1)*hpb) of token t (if t < Tq) and,
+//   when g == 0, the cache entry of token t (and k_pe in place). Threads stride over "units":
+//   a nope unit is one chunk of `vec` elements (one 16-byte access on the wider side when the
+//   row is aligned, scalar otherwise and for the tail chunk); a rope unit is one pair, done
+//   wholly by one thread (so in-place writes never race with reads of the partner).
+//
+// Planted bugs for the mutation tests (ROPEKV_MUTATION, default 0 = correct kernel):
+//   1: off-by-one in the cache entry offset (one element past the entry start),
+//   2: wrong rope partner for neox (i pairs with Dr - 1 - i instead of i + Dr/2),
+//   3: dropped vector tail (the last, partial chunk of a nope row is not written).
+#pragma once
+#include <cstdint>
+
+#include "backends/hip/gpu_compat.h"
+
+#ifndef ROPEKV_MUTATION
+#define ROPEKV_MUTATION 0
+#endif
+
+namespace ropekv_gpu {
+
+// Float formats the kernel reads or writes. Its own numbering: not core's dtype.
+enum rk_dtype : int32_t {
+  rk_f32 = 0,
+  rk_f16 = 1,
+  rk_bf16 = 2,
+  rk_e4m3fn = 3,
+  rk_e4m3fnuz = 4,
+  rk_e5m2 = 5,
+  rk_e5m2fnuz = 6,
+};
+
+ROPEKV_HOST_DEVICE int rk_size_bytes(int32_t t) {
+  return t == rk_f32 ? 4 : (t == rk_f16 || t == rk_bf16) ? 2 : 1;
+}
+ROPEKV_HOST_DEVICE bool rk_is_fp8(int32_t t) { return t >= rk_e4m3fn; }
+
+ROPEKV_HOST_DEVICE uint32_t rk_f32_bits(float v) {
+#if defined(ROPEKV_SIM)
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+#elif defined(__CUDACC__) && !defined(__HIP__)
+  return __float_as_uint(v);
+#else
+  return __builtin_bit_cast(uint32_t, v);
+#endif
+}
+ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
+#if defined(ROPEKV_SIM)
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+#elif defined(__CUDACC__) && !defined(__HIP__)
+  return __uint_as_float(b);
+#else
+  return __builtin_bit_cast(float, b);
+#endif
+}
+
+// ------------------------------------------------------------------ conversions (bit ops only)
+// Layout of the narrow formats: exponent bits, mantissa bits, bias.
+struct rk_format {
+  int exp_bits, man_bits, bias;
+  uint32_t max_code;   // largest finite magnitude code
+  uint32_t nan_code;   // canonical NaN magnitude code (sign added where signed NaN exists)
+  bool fnuz;           // single NaN 0x80, no negative zero
+  bool has_inf;
+};
+ROPEKV_HOST_DEVICE rk_format rk_format_of(int32_t t) {
+  switch (t) {
+    case rk_f16: return {5, 10, 15, 0x7bffu, 0x7e00u, false, true};
+    case rk_e4m3fn: return {4, 3, 7, 0x7eu, 0x7fu, false, false};
+    case rk_e4m3fnuz: return {4, 3, 8, 0x7fu, 0x80u, true, false};
+    case rk_e5m2: return {5, 2, 15, 0x7bu, 0x7eu, false, true};
+    case rk_e5m2fnuz: return {5, 2, 16, 0x7fu, 0x80u, true, false};
+    default: return {0, 0, 0, 0u, 0u, false, false};  // not a narrow format: callers never ask
+  }
+}
+
+// f32 -> f16 or fp8, round to nearest even. Overflow (and inf): saturate to the max finite
+// value when `saturate`, else inf (f16). NaN -> the format's NaN, sign kept where signed.
+ROPEKV_HOST_DEVICE uint32_t rk_encode_narrow(float v, rk_format f, bool saturate) {
+  const uint32_t bits = rk_f32_bits(v);
+  const uint32_t sign = bits >> 31;
+  const uint32_t mag = bits & 0x7fffffffu;
+  const int width = 1 + f.exp_bits + f.man_bits;
+  const uint32_t sign_bit = sign << (width - 1);
+  if (mag > 0x7f800000u) return f.fnuz ? f.nan_code : (f.nan_code | sign_bit);
+  uint32_t code;
+  const int f32_exp = static_cast<int>(mag >> 23);
+  if (f32_exp == 0) {
+    code = 0;  // f32 zero or subnormal: far below half the smallest subnormal of every format
+  } else {
+    const uint64_t full = (1ull << 23) | (mag & 0x7fffffu);  // 24-bit significand
+    const int e = f32_exp - 127;
+    const int emin = 1 - f.bias;
+    int shift = 23 - f.man_bits;
+    uint64_t base = 0;
+    if (e >= emin) {
+      base = static_cast<uint64_t>(e - emin + 1) << f.man_bits;  // biased exponent field
+      shift = 23 - f.man_bits;
+      // significand without the implicit bit, shifted: exponent carry works by addition
+      const uint64_t kept = (full & 0x7fffffull) >> shift;
+      const uint64_t rem = full & ((1ull << shift) - 1);
+      const uint64_t half = 1ull << (shift - 1);
+      uint64_t c = base + kept;
+      if (rem > half || (rem == half && (c & 1ull))) c += 1;
+      code = c > 0xffffull ? 0xffffu : static_cast<uint32_t>(c);
+    } else {
+      shift = 23 - f.man_bits + (emin - e);
+      if (shift > 24) {
+        code = 0;
+      } else {
+        const uint64_t kept = full >> shift;
+        const uint64_t rem = full & ((1ull << shift) - 1);
+        const uint64_t half = 1ull << (shift - 1);
+        uint64_t c = kept;
+        if (rem > half || (rem == half && (c & 1ull))) c += 1;
+        code = static_cast<uint32_t>(c);
+      }
+    }
+    (void)base;
+  }
+  if (code > f.max_code) {
+    if (saturate || !f.has_inf) {
+      code = f.max_code;
+    } else {
+      code = static_cast<uint32_t>(((1u << f.exp_bits) - 1u) << f.man_bits);  // inf
+    }
+  }
+  if (code == 0 && f.fnuz) return 0;  // fnuz has no negative zero
+  return code | sign_bit;
+}
+
+ROPEKV_HOST_DEVICE uint32_t rk_encode_bf16(float v) {
+  const uint32_t bits = rk_f32_bits(v);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return ((bits >> 16) & 0x8000u) | 0x7fc0u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;  // RNE; overflow carries into inf
+}
+
+// Encodes fp32 into format t (RNE). fp8 saturates; f16/bf16 overflow to inf (core/SPEC.md).
+ROPEKV_HOST_DEVICE uint32_t rk_encode(int32_t t, float v) {
+  switch (t) {
+    case rk_f32: return rk_f32_bits(v);
+    case rk_bf16: return rk_encode_bf16(v);
+    case rk_f16: return rk_encode_narrow(v, rk_format_of(t), false);
+    case rk_e4m3fn:
+    case rk_e4m3fnuz:
+    case rk_e5m2:
+    case rk_e5m2fnuz: return rk_encode_narrow(v, rk_format_of(t), true);
+    default: return 0xffffffffu;  // unreachable: the host plan rejects unknown formats
+  }
+}
+
+// Narrow format -> fp32, exact.
+ROPEKV_HOST_DEVICE float rk_decode_narrow(uint32_t code, rk_format f) {
+  const int width = 1 + f.exp_bits + f.man_bits;
+  const uint32_t sign = (code >> (width - 1)) & 1u;
+  const uint32_t mag = code & ((1u << (width - 1)) - 1u);
+  const uint32_t exp_field = mag >> f.man_bits;
+  const uint32_t man = mag & ((1u << f.man_bits) - 1u);
+  const uint32_t exp_all_ones = (1u << f.exp_bits) - 1u;
+  uint32_t out;
+  if (f.fnuz && code == 0x80u) {
+    out = 0x7fc00000u;
+  } else if (!f.fnuz && f.has_inf && exp_field == exp_all_ones) {
+    out = (sign << 31) | (man ? 0x7fc00000u : 0x7f800000u);
+  } else if (!f.fnuz && !f.has_inf && mag == f.nan_code) {
+    out = (sign << 31) | 0x7fc00000u;
+  } else if (exp_field == 0) {
+    if (man == 0) {
+      out = sign << 31;
+    } else {  // subnormal: normalise
+      int e = 1 - f.bias + 127;
+      uint32_t m = man;
+      while ((m & (1u << f.man_bits)) == 0) {
+        m <<= 1;
+        --e;
+      }
+      m &= (1u << f.man_bits) - 1u;
+      out = (sign << 31) | (static_cast<uint32_t>(e) << 23) | (m << (23 - f.man_bits));
+    }
+  } else {
+    const uint32_t e = exp_field - static_cast<uint32_t>(f.bias) + 127u;
+    out = (sign << 31) | (e << 23) | (man << (23 - f.man_bits));
+  }
+  return rk_bits_f32(out);
+}
+
+ROPEKV_HOST_DEVICE float rk_decode(int32_t t, uint32_t bits) {
+  switch (t) {
+    case rk_f32: return rk_bits_f32(bits);
+    case rk_bf16: return rk_bits_f32(bits << 16);
+    case rk_f16:
+    case rk_e4m3fn:
+    case rk_e4m3fnuz:
+    case rk_e5m2:
+    case rk_e5m2fnuz: return rk_decode_narrow(bits, rk_format_of(t));
+    default: return rk_bits_f32(0x7fc00000u);  // unreachable: the host plan rejects it
+  }
+}
+
+ROPEKV_DEVICE uint32_t rk_load_elem(int32_t t, const void* p) {
+  switch (rk_size_bytes(t)) {
+    case 4: return *static_cast<const uint32_t*>(p);
+    case 2: return *static_cast<const uint16_t*>(p);
+    default: return *static_cast<const uint8_t*>(p);
+  }
+}
+ROPEKV_DEVICE void rk_store_elem(int32_t t, void* p, uint32_t bits) {
+  switch (rk_size_bytes(t)) {
+    case 4: *static_cast<uint32_t*>(p) = bits; break;
+    case 2: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(bits); break;
+    default: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(bits); break;
+  }
+}
+
+// ------------------------------------------------------------------ paged cache addressing
+// FlashInfer paged_kv_t style: a base pointer per part and int64 element strides. The kernel's
+// own struct; core/ and the reference address the cache independently.
+struct rk_paged_part {
+  char* base;                  // element [0, 0, 0] of this part (nope or rope features)
+  int64_t block_stride_elems;
+  int64_t entry_stride_elems;
+};
+struct rk_paged_cache {
+  rk_paged_part nope;          // Dn features
+  rk_paged_part rope;          // Dr features
+  int64_t block_size;
+  int64_t num_slots;           // num_blocks * block_size
+  int32_t dtype;
+  ROPEKV_HOST_DEVICE char* entry(const rk_paged_part& part, int64_t slot) const {
+    const int64_t block = slot / block_size;
+    const int64_t in_block = slot - block * block_size;
+    int64_t off = block * part.block_stride_elems + in_block * part.entry_stride_elems;
+#if ROPEKV_MUTATION == 1
+    off += 1;
+#endif
+    return part.base + off * static_cast<int64_t>(rk_size_bytes(dtype));
+  }
+};
+
+// ------------------------------------------------------------------ parameters
+struct rk_params {
+  // sizes
+  int64_t tq, ts, tk, heads, dn, dr, table_rows;
+  // inputs ([..] shapes; strides in elements, innermost 1)
+  const char* q_nope;  // [Tq, H, Dn]
+  int64_t q_nope_s0, q_nope_s1;
+  char* q_pe;          // [Tq, H, Dr] (written when inplace_q)
+  int64_t q_pe_s0, q_pe_s1;
+  const char* kv_c;    // [Tk, Dn]
+  int64_t kv_c_s0;
+  char* k_pe;          // [Tk, Dr] (written when inplace_k)
+  int64_t k_pe_s0;
+  int32_t q_dtype, k_dtype;
+  const char* positions;  // [Tk] i32|i64
+  int64_t positions_s0;
+  const char* slots;      // [Ts] i32|i64
+  int64_t slots_s0;
+  int32_t positions_i64, slots_i64;
+  const char* cos;        // [P, Dr/2] (table one: the first half of cos_sin rows)
+  const char* sin;        // [P, Dr/2] (table one: the second half)
+  int64_t cos_s0, sin_s0;
+  int32_t table_dtype;
+  // outputs
+  char* q_out;            // [Tq, H, Dn + Dr]
+  int64_t q_out_s0, q_out_s1;
+  int32_t q_out_dtype;
+  rk_paged_cache cache;
+  // options
+  int32_t neox, reciprocal, pad_q_computed, pos_clamp, inplace_q, inplace_k;
+  float k_scale, q_scale;          // divide
+  float k_inv_scale, q_inv_scale;  // reciprocal: fp32(1 / scale), computed once on the host
+  // launch shape
+  int64_t heads_per_block;
+};
+
+// Elements per nope chunk: one 16-byte access on the wider of input and output.
+ROPEKV_HOST_DEVICE int rk_vec_elems(int32_t in_t, int32_t out_t) {
+  const int a = rk_size_bytes(in_t), b = rk_size_bytes(out_t);
+  return 16 / (a > b ? a : b);
+}
+
+ROPEKV_DEVICE int64_t rk_load_index(const char* base, int64_t i, int64_t stride, int32_t is_i64) {
+  return is_i64 ? reinterpret_cast<const int64_t*>(base)[i * stride]
+                : static_cast<int64_t>(reinterpret_cast<const int32_t*>(base)[i * stride]);
+}
+
+// fp32 value -> output bits, with the fp8 scale applied (data movement and rope alike).
+ROPEKV_DEVICE uint32_t rk_to_output(float v, int32_t out_t, int32_t reciprocal, float scale,
+                                    float inv_scale) {
+  if (rk_is_fp8(out_t)) v = reciprocal ? ROPEKV_FMUL_RN(v, inv_scale) : ROPEKV_FDIV_RN(v, scale);
+  return rk_encode(out_t, v);
+}
+
+// Copies one chunk [c * vec, min((c + 1) * vec, n)) of a nope row, converting in_t -> out_t.
+ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row, int32_t out_t,
+                                 int64_t n, int64_t c, int vec, bool row_vec_ok,
+                                 int32_t reciprocal, float scale, float inv_scale) {
+  const int in_sz = rk_size_bytes(in_t), out_sz = rk_size_bytes(out_t);
+  const int64_t first = c * vec;
+  const int64_t count = (n - first) < vec ? (n - first) : vec;
+  if (row_vec_ok && count == vec) {
+    uint32_t w_in[4], w_out[4] = {0u, 0u, 0u, 0u};
+    rk_load_words(in_row + first * in_sz, vec * in_sz, w_in);
+    for (int j = 0; j < vec; ++j) {
+      uint32_t bits;
+      if (in_sz == 4) bits = w_in[j];
+      else bits = (w_in[j >> 1] >> (16 * (j & 1))) & 0xffffu;
+      const uint32_t o = rk_to_output(rk_decode(in_t, bits), out_t, reciprocal, scale, inv_scale);
+      if (out_sz == 4) w_out[j] = o;
+      else if (out_sz == 2) w_out[j >> 1] |= (o & 0xffffu) << (16 * (j & 1));
+      else w_out[j >> 2] |= (o & 0xffu) << (8 * (j & 3));
+    }
+    rk_store_words(out_row + first * out_sz, vec * out_sz, w_out);
+  } else {
+    for (int64_t i = first; i < first + count; ++i) {
+      const float v = rk_decode(in_t, rk_load_elem(in_t, in_row + i * in_sz));
+      rk_store_elem(out_t, out_row + i * out_sz, rk_to_output(v, out_t, reciprocal, scale, inv_scale));
+    }
+  }
+}
+
+ROPEKV_DEVICE bool rk_aligned(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
+}
+
+// Rotates pair i of a rope row. `in_row` and `inplace_row` may be the same memory: both
+// elements are read before anything is written. Writes the pair into `out_a/out_b` (output
+// dtype, scaled) and, when inplace_row is set, into it (input dtype, unscaled).
+ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t in_t,
+                                char* inplace_row, char* out_row, int32_t out_t, float scale,
+                                float inv_scale, int64_t i, const char* cos_row,
+                                const char* sin_row) {
+  const int64_t half = p.dr / 2;
+  int64_t ia, ib;
+  if (p.neox) {
+    ia = i;
+#if ROPEKV_MUTATION == 2
+    ib = p.dr - 1 - i;
+#else
+    ib = i + half;
+#endif
+  } else {
+    ia = 2 * i;
+    ib = 2 * i + 1;
+  }
+  const int in_sz = rk_size_bytes(in_t), out_sz = rk_size_bytes(out_t);
+  const int tab_sz = rk_size_bytes(p.table_dtype);
+  const float a = rk_decode(in_t, rk_load_elem(in_t, in_row + ia * in_sz));
+  const float b = rk_decode(in_t, rk_load_elem(in_t, in_row + ib * in_sz));
+  const float c = rk_decode(p.table_dtype, rk_load_elem(p.table_dtype, cos_row + i * tab_sz));
+  const float s = rk_decode(p.table_dtype, rk_load_elem(p.table_dtype, sin_row + i * tab_sz));
+  // x' = x*C + R(x)*S with R(a) = -b, R(b) = a: one fp32 product, one fp32 fma.
+  const float ra = ROPEKV_FMAF(a, c, ROPEKV_FMUL_RN(-b, s));
+  const float rb = ROPEKV_FMAF(b, c, ROPEKV_FMUL_RN(a, s));
+  if (inplace_row != nullptr) {
+    rk_store_elem(in_t, inplace_row + ia * in_sz, rk_encode(in_t, ra));
+    rk_store_elem(in_t, inplace_row + ib * in_sz, rk_encode(in_t, rb));
+  }
+  rk_store_elem(out_t, out_row + ia * out_sz, rk_to_output(ra, out_t, p.reciprocal, scale, inv_scale));
+  rk_store_elem(out_t, out_row + ib * out_sz, rk_to_output(rb, out_t, p.reciprocal, scale, inv_scale));
+}
+
+ROPEKV_DEVICE int64_t rk_num_chunks(int64_t n, int vec) {
+#if ROPEKV_MUTATION == 3
+  return n / vec;  // planted bug: the partial last chunk is dropped
+#else
+  return (n + vec - 1) / vec;
+#endif
+}
+
+// The kernel body: one call per (block, thread). See the header comment for the decomposition.
+ROPEKV_DEVICE void rk_fused_body(const rk_params& p) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x);
+  const int64_t group = static_cast<int64_t>(blockIdx.y);
+  if (t >= p.ts) return;
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  // A slot beyond the cache (possible only through hip_launch with unchecked device values)
+  // is treated as padding for the cache: never an out-of-bounds write.
+  const bool write_cache = group == 0 && slot >= 0 && slot < p.cache.num_slots;
+  const bool write_q = t < p.tq && (slot >= 0 || p.pad_q_computed);
+  if (!write_cache && !write_q) return;
+
+  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
+  if (pos < 0 || pos >= p.table_rows) {
+    if (!p.pos_clamp) return;  // unchecked device value in error mode: write nothing, read nothing
+    pos = pos < 0 ? 0 : p.table_rows - 1;
+  }
+  const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
+  const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
+
+  const int64_t half = p.dr / 2;
+  const int64_t tid = static_cast<int64_t>(threadIdx.x);
+  const int64_t nthreads = static_cast<int64_t>(blockDim.x);
+
+  if (write_q) {
+    const int64_t h0 = group * p.heads_per_block;
+    const int64_t h_end = (h0 + p.heads_per_block) < p.heads ? (h0 + p.heads_per_block) : p.heads;
+    const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
+    const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
+    const int64_t units_per_head = nope_chunks + half;
+    const int64_t units = (h_end - h0) * units_per_head;
+    const int q_sz = rk_size_bytes(p.q_dtype), o_sz = rk_size_bytes(p.q_out_dtype);
+    for (int64_t u = tid; u < units; u += nthreads) {
+      const int64_t h = h0 + u / units_per_head;
+      const int64_t r = u - (h - h0) * units_per_head;
+      char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * o_sz;
+      if (r < nope_chunks) {
+        const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
+        const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
+        rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.reciprocal,
+                      p.q_scale, p.q_inv_scale);
+      } else {
+        char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
+        rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr,
+                     out_row + p.dn * o_sz, p.q_out_dtype, p.q_scale, p.q_inv_scale,
+                     r - nope_chunks, cos_row, sin_row);
+      }
+    }
+  }
+
+  if (write_cache) {
+    const int vec = rk_vec_elems(p.k_dtype, p.cache.dtype);
+    const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
+    const int64_t units = nope_chunks + half;
+    const int k_sz = rk_size_bytes(p.k_dtype), c_sz = rk_size_bytes(p.cache.dtype);
+    char* nope_dst = p.cache.entry(p.cache.nope, slot);
+    char* rope_dst = p.cache.entry(p.cache.rope, slot);
+    const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
+    char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
+    const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
+    for (int64_t u = tid; u < units; u += nthreads) {
+      if (u < nope_chunks) {
+        rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.reciprocal,
+                      p.k_scale, p.k_inv_scale);
+      } else {
+        rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst,
+                     p.cache.dtype, p.k_scale, p.k_inv_scale, u - nope_chunks, cos_row, sin_row);
+      }
+    }
+  }
+}
+
+}  // namespace ropekv_gpu

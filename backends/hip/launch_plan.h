@@ -1,0 +1,141 @@
+// Host side of the fused kernel, shared by the hip backend and the sim (so both report the same
+// "not supported" reasons and run the same launch shape): op_args -> kernel parameters and grid.
+// Host-only code (it knows core/); the kernel body (kernel.h) does not.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backends/hip/kernel.h"
+#include "core/error.h"
+#include "core/op.h"
+
+namespace ropekv_gpu {
+
+struct rk_launch {
+  rk_params params{};
+  uint32_t grid_x = 0, grid_y = 0;  // tokens, head groups
+  uint32_t block_threads = 0;
+  bool empty = true;                // nothing to launch (Ts == 0)
+  std::string variant;
+};
+
+inline constexpr uint32_t rk_block_threads = 128;
+inline constexpr int64_t rk_max_grid_y = 65535;
+inline constexpr int64_t rk_max_grid_x = 2147483647;
+
+inline int32_t rk_dtype_of(ropekv::dtype t, const char* arg) {
+  switch (t) {
+    case ropekv::dtype::f32: return rk_f32;
+    case ropekv::dtype::f16: return rk_f16;
+    case ropekv::dtype::bf16: return rk_bf16;
+    case ropekv::dtype::fp8_e4m3fn: return rk_e4m3fn;
+    case ropekv::dtype::fp8_e4m3fnuz: return rk_e4m3fnuz;
+    case ropekv::dtype::fp8_e5m2: return rk_e5m2;
+    case ropekv::dtype::fp8_e5m2fnuz: return rk_e5m2fnuz;
+    default:
+      throw ropekv::arg_error(arg, "a float dtype", ropekv::dtype_name(t));
+  }
+}
+
+// Heads per block: enough work for one block of rk_block_threads threads (about two units per
+// thread), so that 1 token x 128 heads still gives many blocks. Issue #6 tunes this.
+inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec) {
+  const int64_t units_per_head = (dn + vec - 1) / vec + dr / 2;
+  int64_t hpb = (2 * static_cast<int64_t>(rk_block_threads)) / (units_per_head > 0 ? units_per_head : 1);
+  if (hpb < 1) hpb = 1;
+  if (hpb > heads) hpb = heads;
+  // keep grid.y within its limit
+  if ((heads + hpb - 1) / hpb > rk_max_grid_y) hpb = (heads + rk_max_grid_y - 1) / rk_max_grid_y;
+  return hpb;
+}
+
+// "" when the kernel covers these (already validated) args, else "not supported: <why>".
+inline std::string rk_unsupported_reason(const ropekv::op_args& a) {
+  const ropekv::op_sizes s = ropekv::sizes_of(a);
+  if (s.ts > rk_max_grid_x) return "not supported: Ts > 2^31 - 1 (grid.x limit)";
+  if (s.dr / 2 > (int64_t{1} << 40) || s.dn > (int64_t{1} << 40))
+    return "not supported: row widths beyond 2^40 elements";
+  return {};
+}
+
+// Builds the launch for validated args (views may be host or device memory).
+inline rk_launch rk_make_launch(const ropekv::op_args& a) {
+  using ropekv::dtype;
+  const ropekv::op_sizes s = ropekv::sizes_of(a);
+  rk_launch l;
+  rk_params& p = l.params;
+  p.tq = s.tq; p.ts = s.ts; p.tk = s.tk; p.heads = s.heads; p.dn = s.dn; p.dr = s.dr;
+  p.table_rows = s.table_rows;
+  p.q_dtype = rk_dtype_of(a.q_nope.type, "q_nope");
+  p.k_dtype = rk_dtype_of(a.kv_c.type, "kv_c");
+  p.q_nope = static_cast<const char*>(a.q_nope.data);
+  p.q_nope_s0 = a.q_nope.strides_elems[0]; p.q_nope_s1 = a.q_nope.strides_elems[1];
+  p.q_pe = static_cast<char*>(a.q_pe.data);
+  p.q_pe_s0 = a.q_pe.strides_elems[0]; p.q_pe_s1 = a.q_pe.strides_elems[1];
+  p.kv_c = static_cast<const char*>(a.kv_c.data);
+  p.kv_c_s0 = a.kv_c.strides_elems[0];
+  p.k_pe = static_cast<char*>(a.k_pe.data);
+  p.k_pe_s0 = a.k_pe.strides_elems[0];
+  p.positions = static_cast<const char*>(a.positions.data);
+  p.positions_s0 = a.positions.strides_elems[0];
+  p.positions_i64 = a.positions.type == dtype::i64;
+  p.slots = static_cast<const char*>(a.slot_mapping.data);
+  p.slots_s0 = a.slot_mapping.strides_elems[0];
+  p.slots_i64 = a.slot_mapping.type == dtype::i64;
+  if (a.table() == ropekv::table_kind::one) {
+    p.table_dtype = rk_dtype_of(a.cos_sin.type, "cos_sin");
+    const int64_t sz = rk_size_bytes(p.table_dtype);
+    p.cos = static_cast<const char*>(a.cos_sin.data);
+    p.sin = p.cos + (s.dr / 2) * sz;
+    p.cos_s0 = p.sin_s0 = a.cos_sin.strides_elems[0];
+  } else {
+    p.table_dtype = rk_dtype_of(a.cos.type, "cos");
+    p.cos = static_cast<const char*>(a.cos.data);
+    p.sin = static_cast<const char*>(a.sin.data);
+    p.cos_s0 = a.cos.strides_elems[0];
+    p.sin_s0 = a.sin.strides_elems[0];
+  }
+  p.q_out = static_cast<char*>(a.q_out.data);
+  p.q_out_s0 = a.q_out.strides_elems[0]; p.q_out_s1 = a.q_out.strides_elems[1];
+  p.q_out_dtype = rk_dtype_of(a.q_out.type, "q_out");
+  // cache parts
+  rk_paged_cache& c = p.cache;
+  c.block_size = s.block_size;
+  c.num_slots = s.num_blocks * s.block_size;
+  if (a.options.layout == ropekv::cache_layout::joint) {
+    c.dtype = rk_dtype_of(a.cache.type, "cache");
+    const int64_t sz = rk_size_bytes(c.dtype);
+    char* base = static_cast<char*>(a.cache.data);
+    const bool nope_first = a.options.order == ropekv::row_order::nope_first;
+    c.nope = {base + (nope_first ? 0 : s.dr) * sz, a.cache.strides_elems[0], a.cache.strides_elems[1]};
+    c.rope = {base + (nope_first ? s.dn : 0) * sz, a.cache.strides_elems[0], a.cache.strides_elems[1]};
+  } else {
+    c.dtype = rk_dtype_of(a.ckv_cache.type, "ckv_cache");
+    c.nope = {static_cast<char*>(a.ckv_cache.data), a.ckv_cache.strides_elems[0],
+              a.ckv_cache.strides_elems[1]};
+    c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0],
+              a.kpe_cache.strides_elems[1]};
+  }
+  p.neox = a.options.style == ropekv::rope_style::neox;
+  p.reciprocal = a.options.scale == ropekv::scale_conv::reciprocal;
+  p.pad_q_computed = a.options.padding == ropekv::pad_q::computed;
+  p.pos_clamp = a.options.positions == ropekv::pos_oob::clamp;
+  p.inplace_q = a.options.inplace_q;
+  p.inplace_k = a.options.inplace_k;
+  p.k_scale = a.k_scale;
+  p.q_scale = a.q_scale;
+  p.k_inv_scale = 1.0f / a.k_scale;  // fp32(1 / scale), IEEE division, once
+  p.q_inv_scale = 1.0f / a.q_scale;
+  const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
+  p.heads_per_block = rk_heads_per_block(s.heads, s.dn, s.dr, vec);
+
+  l.empty = s.ts == 0;
+  l.grid_x = static_cast<uint32_t>(s.ts);
+  l.grid_y = static_cast<uint32_t>((s.heads + p.heads_per_block - 1) / p.heads_per_block);
+  l.block_threads = rk_block_threads;
+  l.variant = "fused_v1(vec" + std::to_string(vec) + ",hpb" + std::to_string(p.heads_per_block) +
+              ",threads" + std::to_string(rk_block_threads) + ")";
+  return l;
+}
+
+}  // namespace ropekv_gpu
