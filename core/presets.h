@@ -34,6 +34,8 @@ const model_preset& find_preset(std::string_view name);
 // The [P, Dr] table, row p = Dr/2 cos then Dr/2 sin, computed in fp32 exactly as vLLM's
 // DeepseekScalingRotaryEmbedding does (before its cast to the model dtype).
 std::vector<float> yarn_cos_sin_f32(const yarn_params& y, int64_t dr, int64_t rows);
+// The [Dr/2] inverse frequencies behind that table (fp32, same operation order).
+std::vector<float> yarn_inv_freq_f32(const yarn_params& y, int64_t dr);
 // Rows vLLM allocates: original_max_pos * factor.
 int64_t yarn_table_rows(const yarn_params& y);
 

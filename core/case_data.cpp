@@ -1,0 +1,369 @@
+// One case in memory: buffers with the strides the problem asks for, deterministic inputs,
+// poisoned outputs.
+#include "core/case_data.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/presets.h"
+#include "core/rng.h"
+
+namespace ropekv {
+
+namespace {
+
+// RNG tensor ids: fixed forever (golden data and repro strings depend on them).
+enum : uint64_t {
+  id_q_nope = 1,
+  id_q_pe = 2,
+  id_kv_c = 3,
+  id_k_pe = 4,
+  id_positions = 5,
+  id_slots = 6,
+  id_angles = 7,
+  id_same_position = 8,
+  id_pad_choice = 9,
+  id_oob_choice = 10,
+  id_stale = 11,
+};
+
+// Layout of every buffer of a case, derived from the problem alone.
+struct layout {
+  int64_t q_nope_row, q_pe_row;  // innermost row stride of q_nope / q_pe (elements)
+  int64_t kv_c_row, k_pe_row;    // row stride of kv_c / k_pe (fused: the same)
+  int64_t q_out_row;
+  int64_t table_row;             // cos_sin, or each of cos / sin
+  int64_t entry_stride[2];       // joint: [0]; split: ckv [0], kpe [1]
+  int64_t block_stride[2];
+};
+
+layout layout_of(const problem& p) {
+  layout l{};
+  l.q_nope_row = p.dn + p.row_pad_elems;
+  l.q_pe_row = p.dr + p.row_pad_elems;
+  if (p.kv_layout == kv_storage::fused) {
+    l.kv_c_row = l.k_pe_row = p.dn + p.dr + p.row_pad_elems;
+  } else {
+    l.kv_c_row = p.dn + p.row_pad_elems;
+    l.k_pe_row = p.dr + p.row_pad_elems;
+  }
+  l.q_out_row = p.dn + p.dr + p.row_pad_elems;
+  l.table_row = (p.table == table_kind::one ? p.dr : p.dr / 2) + p.table_pad_elems;
+  if (p.opt.layout == cache_layout::joint) {
+    l.entry_stride[0] = p.dn + p.dr + p.entry_pad_elems;
+    l.entry_stride[1] = 0;
+  } else {
+    l.entry_stride[0] = p.dn + p.entry_pad_elems;
+    l.entry_stride[1] = p.dr + p.entry_pad_elems;
+  }
+  for (int i = 0; i < 2; ++i)
+    l.block_stride[i] = p.block_size * l.entry_stride[i] + p.block_pad_elems;
+  return l;
+}
+
+size_t bytes_of(int64_t elems, dtype t) {
+  return static_cast<size_t>(elems) * dtype_size_bytes(t);
+}
+
+// Sizes in bytes of every buffer, by name.
+std::map<std::string, size_t> buffer_sizes(const problem& p) {
+  const layout l = layout_of(p);
+  std::map<std::string, size_t> s;
+  const int64_t q_rows = p.tq * p.heads;
+  s["q_nope"] = bytes_of(q_rows * l.q_nope_row, p.in_dtype);
+  s["q_pe"] = bytes_of(q_rows * l.q_pe_row, p.in_dtype);
+  if (p.kv_layout == kv_storage::fused) {
+    s["kv"] = bytes_of(p.tk * l.kv_c_row, p.in_dtype);
+  } else {
+    s["kv_c"] = bytes_of(p.tk * l.kv_c_row, p.in_dtype);
+    s["k_pe"] = bytes_of(p.tk * l.k_pe_row, p.in_dtype);
+  }
+  s["positions"] = bytes_of(p.tk, p.pos_dtype);
+  s["slot_mapping"] = bytes_of(p.ts, p.slot_dtype);
+  if (p.table == table_kind::one) {
+    s["cos_sin"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
+  } else {
+    s["cos"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
+    s["sin"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
+  }
+  s["q_out"] = bytes_of(q_rows * l.q_out_row, p.q_out_dtype);
+  if (p.opt.layout == cache_layout::joint) {
+    s["cache"] = bytes_of(p.num_blocks * l.block_stride[0], p.cache_dtype);
+  } else {
+    s["ckv_cache"] = bytes_of(p.num_blocks * l.block_stride[0], p.cache_dtype);
+    s["kpe_cache"] = bytes_of(p.num_blocks * l.block_stride[1], p.cache_dtype);
+  }
+  return s;
+}
+
+uint8_t* buf(std::map<std::string, host_buffer>& b, const char* name) {
+  auto it = b.find(name);
+  if (it == b.end()) throw error(fmt::format("case_data: buffer '{}' missing", name));
+  return it->second.data();
+}
+
+// The views of a case into its buffers (used by make_case and clone).
+op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
+  const layout l = layout_of(p);
+  op_args a;
+  const int64_t T = p.tq, H = p.heads;
+  if (p.q_layout == q_storage::token_major) {
+    a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {H * l.q_nope_row, l.q_nope_row, 1});
+    a.q_pe = make_view(p.in_dtype, buf(b, "q_pe"), {T, H, p.dr}, {H * l.q_pe_row, l.q_pe_row, 1});
+  } else {  // memory [H, T, D] viewed as [T, H, D]
+    a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {l.q_nope_row, T * l.q_nope_row, 1});
+    a.q_pe = make_view(p.in_dtype, buf(b, "q_pe"), {T, H, p.dr}, {l.q_pe_row, T * l.q_pe_row, 1});
+  }
+  if (p.kv_layout == kv_storage::fused) {
+    uint8_t* kv = buf(b, "kv");
+    a.kv_c = make_view(p.in_dtype, kv, {p.tk, p.dn}, {l.kv_c_row, 1});
+    a.k_pe = make_view(p.in_dtype, kv + bytes_of(p.dn, p.in_dtype), {p.tk, p.dr}, {l.k_pe_row, 1});
+  } else {
+    a.kv_c = make_view(p.in_dtype, buf(b, "kv_c"), {p.tk, p.dn}, {l.kv_c_row, 1});
+    a.k_pe = make_view(p.in_dtype, buf(b, "k_pe"), {p.tk, p.dr}, {l.k_pe_row, 1});
+  }
+  a.positions = make_view(p.pos_dtype, buf(b, "positions"), {p.tk}, {1});
+  a.slot_mapping = make_view(p.slot_dtype, buf(b, "slot_mapping"), {p.ts}, {1});
+  if (p.table == table_kind::one) {
+    a.cos_sin = make_view(p.table_dtype, buf(b, "cos_sin"), {p.table_rows, p.dr}, {l.table_row, 1});
+  } else {
+    a.cos = make_view(p.table_dtype, buf(b, "cos"), {p.table_rows, p.dr / 2}, {l.table_row, 1});
+    a.sin = make_view(p.table_dtype, buf(b, "sin"), {p.table_rows, p.dr / 2}, {l.table_row, 1});
+  }
+  a.q_out = make_view(p.q_out_dtype, buf(b, "q_out"), {T, H, p.dn + p.dr}, {H * l.q_out_row, l.q_out_row, 1});
+  const int64_t nb = p.num_blocks, bs = p.block_size;
+  if (p.opt.layout == cache_layout::joint) {
+    a.cache = make_view(p.cache_dtype, buf(b, "cache"), {nb, bs, p.dn + p.dr},
+                        {l.block_stride[0], l.entry_stride[0], 1});
+  } else {
+    a.ckv_cache = make_view(p.cache_dtype, buf(b, "ckv_cache"), {nb, bs, p.dn},
+                            {l.block_stride[0], l.entry_stride[0], 1});
+    a.kpe_cache = make_view(p.cache_dtype, buf(b, "kpe_cache"), {nb, bs, p.dr},
+                            {l.block_stride[1], l.entry_stride[1], 1});
+  }
+  a.k_scale = p.k_scale;
+  a.q_scale = p.q_scale;
+  a.options = p.opt;
+  return a;
+}
+
+uint8_t* elem_ptr(const tensor_view& v, int64_t offset_elems) {
+  return static_cast<uint8_t*>(v.data) +
+         offset_elems * static_cast<int64_t>(dtype_size_bytes(v.type));
+}
+
+// Fills every logical element of a rank-2 or rank-3 float view with uniform [-amp, amp] values
+// from rng(seed, id, flat logical index), rounded once to the view's dtype.
+void fill_uniform(const tensor_view& v, uint64_t seed, uint64_t id, double amp) {
+  const int64_t inner = v.shape[v.rank - 1];
+  const int64_t d0 = v.shape[0], d1 = v.rank == 3 ? v.shape[1] : 1;
+  const int64_t s0 = v.strides_elems[0], s1 = v.rank == 3 ? v.strides_elems[1] : 0;
+  for (int64_t i = 0; i < d0; ++i) {
+    for (int64_t j = 0; j < d1; ++j) {
+      const int64_t row = i * d1 + j;
+      uint8_t* base = elem_ptr(v, i * s0 + j * s1);
+      for (int64_t k = 0; k < inner; ++k) {
+        const uint64_t idx = static_cast<uint64_t>(row * inner + k);
+        const double x = (2.0 * rng_unit(seed, id, idx) - 1.0) * amp;
+        store_bits(v.type, base + k * static_cast<int64_t>(dtype_size_bytes(v.type)),
+                   encode_from_f64(v.type, x, overflow_mode::ieee));
+      }
+    }
+  }
+}
+
+// Full YaRN tables are expensive (163840 rows); keep the ones built in this process.
+std::vector<float> yarn_table_cached(const model_preset& m, int64_t dr, int64_t rows) {
+  const int64_t full_rows = yarn_table_rows(m.yarn);
+  if (rows < full_rows) return yarn_cos_sin_f32(m.yarn, dr, rows);
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, int64_t>, std::vector<float>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(m.name, dr);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, yarn_cos_sin_f32(m.yarn, dr, full_rows)).first;
+  return it->second;
+}
+
+void fill_tables(const problem& p, const op_args& a) {
+  const int64_t half = p.dr / 2;
+  const dtype t = p.table_dtype;
+  const size_t esz = dtype_size_bytes(t);
+  // cos_value(row, i), sin_value(row, i) as fp32/double, then one rounding into the table dtype.
+  auto write = [&](int64_t row, int64_t i, double c, double s) {
+    const uint32_t cb = encode_from_f64(t, c, overflow_mode::ieee);
+    const uint32_t sb = encode_from_f64(t, s, overflow_mode::ieee);
+    if (p.table == table_kind::one) {
+      uint8_t* r = elem_ptr(a.cos_sin, row * a.cos_sin.strides_elems[0]);
+      store_bits(t, r + i * esz, cb);
+      store_bits(t, r + (half + i) * esz, sb);
+    } else {
+      store_bits(t, elem_ptr(a.cos, row * a.cos.strides_elems[0]) + i * esz, cb);
+      store_bits(t, elem_ptr(a.sin, row * a.sin.strides_elems[0]) + i * esz, sb);
+    }
+  };
+  if (p.rope_table == "random") {
+    constexpr double two_pi = 6.283185307179586476925286766559;
+    for (int64_t row = 0; row < p.table_rows; ++row)
+      for (int64_t i = 0; i < half; ++i) {
+        const double theta =
+            (rng_unit(p.seed, id_angles, static_cast<uint64_t>(row * half + i)) - 0.5) * two_pi;
+        write(row, i, std::cos(theta), std::sin(theta));
+      }
+  } else {
+    const model_preset& m = find_preset(p.rope_table);
+    const std::vector<float> table = yarn_table_cached(m, p.dr, p.table_rows);
+    for (int64_t row = 0; row < p.table_rows; ++row)
+      for (int64_t i = 0; i < half; ++i)
+        write(row, i, table[static_cast<size_t>(row * p.dr + i)],
+              table[static_cast<size_t>(row * p.dr + half + i)]);
+  }
+}
+
+// k distinct values of [0, n) from a partial Fisher-Yates shuffle (sparse: O(k) memory).
+std::vector<int64_t> distinct_sample(uint64_t seed, uint64_t id, int64_t n, int64_t k) {
+  std::unordered_map<int64_t, int64_t> swapped;
+  auto at = [&](int64_t i) {
+    auto it = swapped.find(i);
+    return it == swapped.end() ? i : it->second;
+  };
+  std::vector<int64_t> out(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t j = i + static_cast<int64_t>(
+                              rng_below(seed, id, static_cast<uint64_t>(i), static_cast<uint64_t>(n - i)));
+    const int64_t vi = at(i), vj = at(j);
+    swapped[j] = vi;
+    out[static_cast<size_t>(i)] = vj;
+  }
+  return out;
+}
+
+// Which of the first Ts tokens get slot -1, per pad_at.
+std::vector<bool> padding_tokens(const problem& p) {
+  std::vector<bool> pad(static_cast<size_t>(p.ts), false);
+  const int64_t n = p.pad_slots;
+  switch (p.pad_where) {
+    case pad_at::head:
+      for (int64_t t = 0; t < n; ++t) pad[static_cast<size_t>(t)] = true;
+      break;
+    case pad_at::tail:
+      for (int64_t t = p.ts - n; t < p.ts; ++t) pad[static_cast<size_t>(t)] = true;
+      break;
+    case pad_at::middle: {
+      const int64_t start = (p.ts - n) / 2;
+      for (int64_t t = start; t < start + n; ++t) pad[static_cast<size_t>(t)] = true;
+      break;
+    }
+    case pad_at::spread:
+      for (int64_t t : distinct_sample(p.seed, id_pad_choice, p.ts, n)) pad[static_cast<size_t>(t)] = true;
+      break;
+    default:
+      throw error(fmt::format("padding_tokens: invalid pad_at value {}", static_cast<int>(p.pad_where)));
+  }
+  return pad;
+}
+
+void fill_indices(const problem& p, const op_args& a) {
+  // slots: distinct, random, in [0, nb * bs); -1 at padding tokens
+  const std::vector<bool> pad = padding_tokens(p);
+  const std::vector<int64_t> slots =
+      distinct_sample(p.seed, id_slots, p.num_blocks * p.block_size, p.ts - p.pad_slots);
+  size_t next = 0;
+  const size_t slot_bytes = dtype_size_bytes(p.slot_dtype);
+  for (int64_t t = 0; t < p.ts; ++t) {
+    const int64_t s = pad[static_cast<size_t>(t)] ? -1 : slots[next++];
+    store_bits(p.slot_dtype, static_cast<uint8_t*>(a.slot_mapping.data) + t * slot_bytes,
+               static_cast<uint64_t>(s));  // store_bits keeps the low bytes (two's complement)
+  }
+  // positions
+  const int64_t P = p.table_rows;
+  const int64_t same = static_cast<int64_t>(rng_below(p.seed, id_same_position, 0, static_cast<uint64_t>(P)));
+  const int64_t pos_max = p.pos_dtype == dtype::i32 ? INT32_MAX : INT64_MAX;
+  const size_t pos_bytes = dtype_size_bytes(p.pos_dtype);
+  for (int64_t t = 0; t < p.tk; ++t) {
+    const uint64_t ut = static_cast<uint64_t>(t);
+    int64_t pos = 0;
+    switch (p.positions) {
+      case pos_mode::random:
+        pos = static_cast<int64_t>(rng_below(p.seed, id_positions, ut, static_cast<uint64_t>(P)));
+        break;
+      case pos_mode::near_end:
+        pos = P - 1 - static_cast<int64_t>(rng_below(p.seed, id_positions, ut,
+                                                     static_cast<uint64_t>(std::min<int64_t>(8, P))));
+        break;
+      case pos_mode::same:
+        pos = same;
+        break;
+      default:
+        throw error(fmt::format("fill_indices: invalid pos_mode value {}", static_cast<int>(p.positions)));
+    }
+    // A token is used when t < Ts and (slot >= 0 or its q row is computed) (core/SPEC.md).
+    const bool has_slot = t < p.ts && !pad[static_cast<size_t>(t)];
+    const bool q_computed = t < p.tq && (has_slot || p.opt.padding == pad_q::computed);
+    const bool used = t < p.ts && (has_slot || q_computed);
+    const double u = rng_unit(p.seed, id_oob_choice, ut);
+    // clamp: ~10% of positions out of range on purpose (half below 0, half >= P);
+    // unused tokens: half hold a stale out-of-range position that must never be read.
+    const bool out_of_range = p.opt.positions == pos_oob::clamp ? u < 0.1 : (!used && u < 0.5);
+    if (out_of_range) {
+      const uint64_t r = rng_u64(p.seed, id_stale, ut);
+      const int64_t delta = static_cast<int64_t>((r >> 1) % 1000);
+      if (r & 1) pos = -1 - delta;
+      else pos = P + std::min<int64_t>(delta, pos_max - P);
+    }
+    store_bits(p.pos_dtype, static_cast<uint8_t*>(a.positions.data) + t * pos_bytes,
+               static_cast<uint64_t>(pos));
+  }
+}
+
+}  // namespace
+
+std::vector<memory_region> case_data::regions() {
+  std::vector<memory_region> out;
+  out.reserve(buffers.size());
+  for (auto& [name, b] : buffers) out.push_back(memory_region{b.raw(), b.raw_size_bytes()});
+  return out;
+}
+
+case_data case_data::clone() const {
+  case_data c;
+  c.prob = prob;
+  for (const auto& [name, b] : buffers) {
+    host_buffer copy(b.size_bytes(), b.guard_bytes());
+    std::memcpy(copy.raw(), const_cast<host_buffer&>(b).raw(), b.raw_size_bytes());
+    c.buffers.emplace(name, std::move(copy));
+  }
+  c.args = make_args(c.prob, c.buffers);
+  return c;
+}
+
+case_data make_case(const problem& prob) {
+  check_problem(prob);
+  case_data c;
+  c.prob = prob;
+  for (const auto& [name, size] : buffer_sizes(prob)) {
+    host_buffer b(size);
+    // Inputs' padding bytes are poisoned too: a kernel that reads them sees garbage.
+    fill_poison(b.data(), b.size_bytes());
+    c.buffers.emplace(name, std::move(b));
+  }
+  c.args = make_args(prob, c.buffers);
+  const double amp = prob.amplitude;
+  fill_uniform(c.args.q_nope, prob.seed, id_q_nope, amp);
+  fill_uniform(c.args.q_pe, prob.seed, id_q_pe, amp);
+  fill_uniform(c.args.kv_c, prob.seed, id_kv_c, amp);
+  fill_uniform(c.args.k_pe, prob.seed, id_k_pe, amp);
+  fill_tables(prob, c.args);
+  fill_indices(prob, c.args);
+  return c;
+}
+
+}  // namespace ropekv

@@ -1,0 +1,480 @@
+// The problem descriptor: canonical repro strings, parsing, constraints, random generation.
+#include "core/problem.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/presets.h"
+#include "core/rng.h"
+
+namespace ropekv {
+
+namespace {
+
+// Every repro key, in the canonical print order (docs/golden-format.md).
+constexpr std::array<const char*, 39> repro_keys = {
+    "tq",        "ts",        "tk",         "h",          "dn",        "dr",        "p",
+    "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
+    "cache",     "table",     "style",      "layout",     "order",     "scale_conv", "pad_q",
+    "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "q_layout",  "kv_layout",
+    "row_pad",   "entry_pad", "block_pad",  "table_pad",  "pad_slots", "pad_at",    "positions",
+    "rope_table", "amp",      "seed",       "",
+};
+constexpr size_t num_repro_keys = repro_keys.size() - 1;  // the trailing "" is a sentinel
+
+std::string key_list() {
+  std::string out = "one of ";
+  for (size_t i = 0; i < num_repro_keys; ++i) {
+    if (i) out += ", ";
+    out += repro_keys[i];
+  }
+  return out;
+}
+
+// Bounds that keep every size computation far from int64 overflow (a repro is user input).
+constexpr int64_t max_tokens_limit = int64_t{1} << 24;
+constexpr int64_t max_heads_limit = int64_t{1} << 16;
+constexpr int64_t max_dim_limit = int64_t{1} << 16;
+constexpr int64_t max_rows_limit = int64_t{1} << 26;
+constexpr int64_t max_block_size_limit = int64_t{1} << 20;
+constexpr int64_t max_blocks_limit = int64_t{1} << 24;
+constexpr int64_t max_pad_limit = int64_t{1} << 16;
+constexpr double max_buffer_bytes = 0x1p40;  // one buffer of a case: at most 1 TiB
+
+int64_t parse_i64(std::string_view key, std::string_view text) {
+  int64_t v = 0;
+  const char* b = text.data();
+  const char* e = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(b, e, v);
+  if (text.empty() || ec != std::errc() || ptr != e)
+    throw arg_error(std::string(key), "a decimal integer", fmt::format("'{}'", text));
+  return v;
+}
+
+uint64_t parse_u64(std::string_view key, std::string_view text) {
+  uint64_t v = 0;
+  const char* b = text.data();
+  const char* e = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(b, e, v);
+  if (text.empty() || ec != std::errc() || ptr != e)
+    throw arg_error(std::string(key), "an unsigned 64-bit decimal integer", fmt::format("'{}'", text));
+  return v;
+}
+
+bool parse_flag(std::string_view key, std::string_view text) {
+  if (text == "0") return false;
+  if (text == "1") return true;
+  throw arg_error(std::string(key), "0 or 1", fmt::format("'{}'", text));
+}
+
+// Decimal (or hex-float) text consumed whole; strtof/strtod round correctly.
+float parse_f32(std::string_view key, std::string_view text) {
+  std::string s(text);
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])))
+    throw arg_error(std::string(key), "a decimal number", fmt::format("'{}'", text));
+  char* end = nullptr;
+  float v = std::strtof(s.c_str(), &end);
+  if (end != s.c_str() + s.size())
+    throw arg_error(std::string(key), "a decimal number", fmt::format("'{}'", text));
+  return v;
+}
+
+double parse_f64(std::string_view key, std::string_view text) {
+  std::string s(text);
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])))
+    throw arg_error(std::string(key), "a decimal number", fmt::format("'{}'", text));
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size())
+    throw arg_error(std::string(key), "a decimal number", fmt::format("'{}'", text));
+  return v;
+}
+
+uint32_t f32_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+uint64_t f64_bits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+
+bool is_input_dtype(dtype t) { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+bool is_index_dtype(dtype t) { return t == dtype::i32 || t == dtype::i64; }
+bool is_output_dtype(dtype t) { return dtype_is_float(t); }
+
+void check_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) throw arg_error(key, fmt::format("{} .. {}", lo, hi), std::to_string(v));
+}
+
+void check_dtype(const char* key, dtype t, bool ok, const char* allowed) {
+  if (!ok) throw arg_error(key, allowed, dtype_name(t));
+}
+
+void check_scale(const char* key, float s) {
+  if (!std::isfinite(s) || !(s > 0.0f))
+    throw arg_error(key, "a finite value > 0", fmt::format("{}", s));
+}
+
+void check_bytes(const char* what, double elems, dtype t) {
+  double bytes = elems * static_cast<double>(dtype_size_bytes(t));
+  if (bytes > max_buffer_bytes)
+    throw arg_error(what, "a buffer of at most 2^40 bytes", fmt::format("{} bytes", bytes));
+}
+
+}  // namespace
+
+std::string problem::to_repro() const {
+  std::string s;
+  s.reserve(512);
+  auto add = [&](const char* key, const auto& value) {
+    if (!s.empty()) s += ' ';
+    s += key;
+    s += '=';
+    s += fmt::format("{}", value);
+  };
+  add("tq", tq);
+  add("ts", ts);
+  add("tk", tk);
+  add("h", heads);
+  add("dn", dn);
+  add("dr", dr);
+  add("p", table_rows);
+  add("bs", block_size);
+  add("nb", num_blocks);
+  add("in", dtype_name(in_dtype));
+  add("table_dtype", dtype_name(table_dtype));
+  add("pos", dtype_name(pos_dtype));
+  add("slot", dtype_name(slot_dtype));
+  add("qo", dtype_name(q_out_dtype));
+  add("cache", dtype_name(cache_dtype));
+  add("table", to_string(table));
+  add("style", to_string(opt.style));
+  add("layout", to_string(opt.layout));
+  add("order", to_string(opt.order));
+  add("scale_conv", to_string(opt.scale));
+  add("pad_q", to_string(opt.padding));
+  add("pos_oob", to_string(opt.positions));
+  add("inplace_q", opt.inplace_q ? 1 : 0);
+  add("inplace_k", opt.inplace_k ? 1 : 0);
+  add("k_scale", k_scale);  // fmt "{}" of a float: the shortest decimal that round-trips
+  add("q_scale", q_scale);
+  add("q_layout", to_string(q_layout));
+  add("kv_layout", to_string(kv_layout));
+  add("row_pad", row_pad_elems);
+  add("entry_pad", entry_pad_elems);
+  add("block_pad", block_pad_elems);
+  add("table_pad", table_pad_elems);
+  add("pad_slots", pad_slots);
+  add("pad_at", to_string(pad_where));
+  add("positions", to_string(positions));
+  add("rope_table", rope_table);
+  add("amp", amplitude);  // shortest decimal that round-trips the double
+  add("seed", seed);
+  return s;
+}
+
+bool problem::operator==(const problem& o) const {
+  return tq == o.tq && ts == o.ts && tk == o.tk && heads == o.heads && dn == o.dn &&
+         dr == o.dr && table_rows == o.table_rows && block_size == o.block_size &&
+         num_blocks == o.num_blocks && in_dtype == o.in_dtype && table_dtype == o.table_dtype &&
+         pos_dtype == o.pos_dtype && slot_dtype == o.slot_dtype &&
+         q_out_dtype == o.q_out_dtype && cache_dtype == o.cache_dtype && table == o.table &&
+         opt.style == o.opt.style && opt.layout == o.opt.layout && opt.order == o.opt.order &&
+         opt.scale == o.opt.scale && opt.padding == o.opt.padding &&
+         opt.positions == o.opt.positions && opt.inplace_q == o.opt.inplace_q &&
+         opt.inplace_k == o.opt.inplace_k && f32_bits(k_scale) == f32_bits(o.k_scale) &&
+         f32_bits(q_scale) == f32_bits(o.q_scale) && q_layout == o.q_layout &&
+         kv_layout == o.kv_layout && row_pad_elems == o.row_pad_elems &&
+         entry_pad_elems == o.entry_pad_elems && block_pad_elems == o.block_pad_elems &&
+         table_pad_elems == o.table_pad_elems && pad_slots == o.pad_slots &&
+         pad_where == o.pad_where && positions == o.positions && rope_table == o.rope_table &&
+         f64_bits(amplitude) == f64_bits(o.amplitude) && seed == o.seed;
+}
+
+problem parse_problem(std::string_view repro) {
+  problem p;
+  std::set<std::string, std::less<>> seen;
+  size_t i = 0;
+  const size_t n = repro.size();
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (i < n) {
+    while (i < n && is_space(repro[i])) ++i;
+    if (i >= n) break;
+    size_t j = i;
+    while (j < n && !is_space(repro[j])) ++j;
+    std::string_view token = repro.substr(i, j - i);
+    i = j;
+    size_t eq = token.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      throw arg_error("repro", "key=value tokens separated by spaces", fmt::format("'{}'", token));
+    std::string_view key = token.substr(0, eq);
+    std::string_view val = token.substr(eq + 1);
+    bool known = false;
+    for (size_t k = 0; k < num_repro_keys; ++k) known = known || key == repro_keys[k];
+    if (!known) throw arg_error("repro", key_list(), fmt::format("'{}'", key));
+    if (!seen.insert(std::string(key)).second)
+      throw arg_error(std::string(key), "the key once", "it twice");
+    std::string k(key);
+    const char* kc = k.c_str();
+    if (key == "tq") p.tq = parse_i64(key, val);
+    else if (key == "ts") p.ts = parse_i64(key, val);
+    else if (key == "tk") p.tk = parse_i64(key, val);
+    else if (key == "h") p.heads = parse_i64(key, val);
+    else if (key == "dn") p.dn = parse_i64(key, val);
+    else if (key == "dr") p.dr = parse_i64(key, val);
+    else if (key == "p") p.table_rows = parse_i64(key, val);
+    else if (key == "bs") p.block_size = parse_i64(key, val);
+    else if (key == "nb") p.num_blocks = parse_i64(key, val);
+    else if (key == "in") p.in_dtype = parse_dtype(val, kc);
+    else if (key == "table_dtype") p.table_dtype = parse_dtype(val, kc);
+    else if (key == "pos") p.pos_dtype = parse_dtype(val, kc);
+    else if (key == "slot") p.slot_dtype = parse_dtype(val, kc);
+    else if (key == "qo") p.q_out_dtype = parse_dtype(val, kc);
+    else if (key == "cache") p.cache_dtype = parse_dtype(val, kc);
+    else if (key == "table") p.table = parse_enum<table_kind>(val, kc);
+    else if (key == "style") p.opt.style = parse_enum<rope_style>(val, kc);
+    else if (key == "layout") p.opt.layout = parse_enum<cache_layout>(val, kc);
+    else if (key == "order") p.opt.order = parse_enum<row_order>(val, kc);
+    else if (key == "scale_conv") p.opt.scale = parse_enum<scale_conv>(val, kc);
+    else if (key == "pad_q") p.opt.padding = parse_enum<pad_q>(val, kc);
+    else if (key == "pos_oob") p.opt.positions = parse_enum<pos_oob>(val, kc);
+    else if (key == "inplace_q") p.opt.inplace_q = parse_flag(key, val);
+    else if (key == "inplace_k") p.opt.inplace_k = parse_flag(key, val);
+    else if (key == "k_scale") p.k_scale = parse_f32(key, val);
+    else if (key == "q_scale") p.q_scale = parse_f32(key, val);
+    else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
+    else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
+    else if (key == "row_pad") p.row_pad_elems = parse_i64(key, val);
+    else if (key == "entry_pad") p.entry_pad_elems = parse_i64(key, val);
+    else if (key == "block_pad") p.block_pad_elems = parse_i64(key, val);
+    else if (key == "table_pad") p.table_pad_elems = parse_i64(key, val);
+    else if (key == "pad_slots") p.pad_slots = parse_i64(key, val);
+    else if (key == "pad_at") p.pad_where = parse_enum<pad_at>(val, kc);
+    else if (key == "positions") p.positions = parse_enum<pos_mode>(val, kc);
+    else if (key == "rope_table") {
+      if (val.empty()) throw arg_error("rope_table", "random or a preset name", "''");
+      p.rope_table = std::string(val);
+    } else if (key == "amp") p.amplitude = parse_f64(key, val);
+    else if (key == "seed") p.seed = parse_u64(key, val);
+    else throw error(fmt::format("parse_problem: key '{}' listed but not handled", key));
+  }
+  check_problem(p);
+  return p;
+}
+
+void check_problem(const problem& p) {
+  check_range("tq", p.tq, 0, max_tokens_limit);
+  check_range("ts", p.ts, 0, max_tokens_limit);
+  check_range("tk", p.tk, 0, max_tokens_limit);
+  if (p.tq > p.ts) throw arg_error("tq", fmt::format("tq <= ts = {}", p.ts), std::to_string(p.tq));
+  if (p.ts > p.tk) throw arg_error("ts", fmt::format("ts <= tk = {}", p.tk), std::to_string(p.ts));
+  check_range("h", p.heads, 1, max_heads_limit);
+  check_range("dn", p.dn, 1, max_dim_limit);
+  check_range("dr", p.dr, 2, max_dim_limit);
+  if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
+  check_range("p", p.table_rows, 1, max_rows_limit);
+  check_range("bs", p.block_size, 1, max_block_size_limit);
+  check_range("nb", p.num_blocks, 1, max_blocks_limit);
+  check_dtype("in", p.in_dtype, is_input_dtype(p.in_dtype), "one of f32, f16, bf16");
+  check_dtype("table_dtype", p.table_dtype, is_input_dtype(p.table_dtype), "one of f32, f16, bf16");
+  check_dtype("pos", p.pos_dtype, is_index_dtype(p.pos_dtype), "one of i32, i64");
+  check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64");
+  const char* out_types = "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz";
+  check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype), out_types);
+  check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), out_types);
+  check_scale("k_scale", p.k_scale);
+  check_scale("q_scale", p.q_scale);
+  check_range("row_pad", p.row_pad_elems, 0, max_pad_limit);
+  check_range("entry_pad", p.entry_pad_elems, 0, max_pad_limit);
+  check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
+  check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
+  check_range("pad_slots", p.pad_slots, 0, p.ts);
+  const int64_t written = p.ts - p.pad_slots;
+  if (p.num_blocks * p.block_size < written)
+    throw arg_error("nb", fmt::format("nb * bs >= {} (the non-padding slots)", written),
+                    fmt::format("{} * {} = {}", p.num_blocks, p.block_size,
+                                p.num_blocks * p.block_size));
+  if (p.pos_dtype == dtype::i32 && p.table_rows > INT32_MAX - 4096)
+    throw arg_error("p", "a table that i32 positions can index", std::to_string(p.table_rows));
+  if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
+    throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
+  if (p.rope_table != "random") {
+    std::string names = "random";
+    const model_preset* found = nullptr;
+    for (const model_preset& m : model_presets()) {
+      names += ", " + m.name;
+      if (m.name == p.rope_table) found = &m;
+    }
+    if (!found) throw arg_error("rope_table", "one of " + names, p.rope_table);
+    const int64_t rows = yarn_table_rows(found->yarn);
+    if (p.table_rows > rows)
+      throw arg_error("p", fmt::format("<= {} (rows of the {} YaRN table)", rows, p.rope_table),
+                      std::to_string(p.table_rows));
+  }
+  // Buffer sizes (all dimensions are bounded above, so these doubles are exact enough).
+  const double q_rows = static_cast<double>(p.tq) * static_cast<double>(p.heads);
+  check_bytes("q_nope", q_rows * static_cast<double>(p.dn + p.row_pad_elems), p.in_dtype);
+  check_bytes("q_out", q_rows * static_cast<double>(p.dn + p.dr + p.row_pad_elems), p.q_out_dtype);
+  const double entry = static_cast<double>(p.dn + p.dr + p.entry_pad_elems);
+  const double block = static_cast<double>(p.block_size) * entry + p.block_pad_elems;
+  check_bytes("cache", static_cast<double>(p.num_blocks) * block, p.cache_dtype);
+  check_bytes("cos_sin", static_cast<double>(p.table_rows) * (p.dr + p.table_pad_elems),
+              p.table_dtype);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random problems (issue #3's generator).
+
+namespace {
+
+constexpr int64_t small_primes[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61};
+constexpr int64_t medium_primes[] = {67, 97, 127, 131, 251, 257, 509, 521, 1021, 2039, 4093};
+constexpr int64_t odd_dn[] = {1, 3, 8, 24, 64, 100, 128, 512, 576};
+constexpr int64_t odd_dr[] = {2, 4, 6, 8, 16, 32, 128};
+constexpr int64_t odd_block_sizes[] = {3, 5, 7, 37};
+constexpr dtype input_types[] = {dtype::f32, dtype::f16, dtype::bf16};
+constexpr dtype fp8_types[] = {dtype::fp8_e4m3fn, dtype::fp8_e4m3fnuz, dtype::fp8_e5m2,
+                               dtype::fp8_e5m2fnuz};
+constexpr dtype output_types[] = {dtype::f32,          dtype::f16,        dtype::bf16,
+                                  dtype::fp8_e4m3fn,   dtype::fp8_e4m3fnuz, dtype::fp8_e5m2,
+                                  dtype::fp8_e5m2fnuz};
+
+template <typename T, size_t N>
+T pick(rng_stream& r, const T (&items)[N]) {
+  return items[r.below(N)];
+}
+
+int64_t random_tokens(rng_stream& r, int64_t max_tokens) {
+  const double u = r.next_unit();
+  int64_t t;
+  if (u < 0.08) t = 0;
+  else if (u < 0.28) t = 1;
+  else if (u < 0.50) t = pick(r, small_primes);
+  else if (u < 0.85) t = r.range(2, 64);
+  else if (u < 0.95) t = r.chance(0.5) ? pick(r, medium_primes) : r.range(65, 512);
+  else t = r.range(65, std::max<int64_t>(65, max_tokens));
+  return std::min(t, max_tokens);
+}
+
+float random_scale(rng_stream& r) {
+  const double u = r.next_unit();
+  if (u < 0.25) return 1.0f;
+  if (u < 0.35) return r.chance(0.5) ? 0.5f : 2.0f;
+  // log-uniform in [0.01, 10]: non-powers of two almost surely
+  return static_cast<float>(std::exp(std::log(0.01) + r.next_unit() * std::log(1000.0)));
+}
+
+}  // namespace
+
+problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
+  if (max_tokens < 1 || max_tokens > 4096)
+    throw arg_error("max_tokens", "1 .. 4096", std::to_string(max_tokens));
+  rng_stream r{rng_mix64(seed), rng_mix64(case_index ^ 0x70726f626c656dull)};
+  problem p;
+  constexpr int64_t max_cost_elems = int64_t{2} << 20;  // tq * h * (dn + dr)
+
+  // sizes
+  p.tq = random_tokens(r, max_tokens);
+  p.ts = p.tq;
+  p.tk = p.tq;
+  if (r.chance(0.3)) p.ts = std::min(max_tokens, p.tq + r.range(1, r.chance(0.8) ? 8 : 64));
+  p.tk = p.ts;
+  if (r.chance(0.3)) p.tk = std::min(max_tokens, p.ts + r.range(1, r.chance(0.8) ? 8 : 64));
+  {
+    const double u = r.next_unit();
+    p.heads = u < 0.3 ? 1 : u < 0.5 ? 8 : u < 0.7 ? 16 : u < 0.88 ? 128 : r.range(2, 40);
+  }
+  p.dn = r.chance(0.5) ? 512 : pick(r, odd_dn);
+  p.dr = r.chance(0.6) ? 64 : pick(r, odd_dr);
+  while (p.heads > 1 && p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.heads = (p.heads + 1) / 2;
+  if (p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.tq = max_cost_elems / (p.dn + p.dr);
+
+  {
+    const double u = r.next_unit();
+    p.block_size = u < 0.2 ? 1 : u < 0.45 ? 16 : u < 0.75 ? 64 : pick(r, odd_block_sizes);
+  }
+  p.pad_slots = r.chance(0.5) ? 0 : r.range(0, p.ts);
+  p.pad_where = static_cast<pad_at>(r.below(4));
+  const int64_t written = p.ts - p.pad_slots;
+  p.num_blocks = std::max<int64_t>(1, (written + p.block_size - 1) / p.block_size) +
+                 (r.chance(0.5) ? 0 : r.range(1, 4));
+
+  // dtypes
+  p.in_dtype = pick(r, input_types);
+  p.table_dtype = r.chance(0.5) ? p.in_dtype : pick(r, input_types);
+  p.pos_dtype = r.chance(0.5) ? dtype::i64 : dtype::i32;
+  p.slot_dtype = r.chance(0.5) ? dtype::i64 : dtype::i32;
+  p.q_out_dtype = r.chance(0.5) ? p.in_dtype : pick(r, output_types);
+  {
+    const double u = r.next_unit();
+    p.cache_dtype = u < 0.4 ? p.in_dtype : u < 0.8 ? pick(r, fp8_types) : pick(r, output_types);
+  }
+  // scales: random for fp8 outputs; sometimes non-1 for non-fp8 ones (must be ignored)
+  p.k_scale = dtype_is_fp8(p.cache_dtype) || r.chance(0.1) ? random_scale(r) : 1.0f;
+  p.q_scale = dtype_is_fp8(p.q_out_dtype) || r.chance(0.1) ? random_scale(r) : 1.0f;
+
+  // op options
+  p.table = r.chance(0.5) ? table_kind::one : table_kind::two;
+  p.opt.style = r.chance(0.6) ? rope_style::gptj : rope_style::neox;
+  p.opt.layout = r.chance(0.6) ? cache_layout::joint : cache_layout::split;
+  p.opt.order = r.chance(0.6) ? row_order::nope_first : row_order::rope_first;
+  p.opt.scale = r.chance(0.5) ? scale_conv::divide : scale_conv::reciprocal;
+  p.opt.padding = r.chance(0.5) ? pad_q::computed : pad_q::skipped;
+  p.opt.positions = r.chance(0.7) ? pos_oob::error : pos_oob::clamp;
+  p.opt.inplace_q = r.chance(0.2);
+  p.opt.inplace_k = r.chance(0.2);
+
+  // memory layout
+  p.q_layout = r.chance(0.7) ? q_storage::token_major : q_storage::head_major;
+  p.kv_layout = r.chance(0.7) ? kv_storage::separate : kv_storage::fused;
+  p.row_pad_elems = r.chance(0.6) ? 0 : r.range(1, 16);
+  p.entry_pad_elems = r.chance(0.6) ? 0 : r.range(1, 40);
+  p.block_pad_elems = r.chance(0.6) ? 0 : r.range(1, 100);
+  p.table_pad_elems = r.chance(0.6) ? 0 : r.range(1, 16);
+
+  // table
+  {
+    const double u = r.next_unit();
+    p.table_rows = u < 0.15 ? r.range(1, 16) : u < 0.85 ? r.range(17, 8192) : r.range(8193, 32768);
+  }
+  if (r.chance(0.15)) {
+    const auto& presets = model_presets();
+    const model_preset& m = presets[r.below(presets.size())];
+    p.rope_table = m.name;
+    const int64_t rows = yarn_table_rows(m.yarn);
+    // the first p rows of that table; the whole table only while it stays cheap to build
+    if (rows * p.dr <= (int64_t{4} << 20) && r.chance(0.5)) p.table_rows = rows;
+    p.table_rows = std::min(p.table_rows, rows);
+  }
+  {
+    const double u = r.next_unit();
+    p.positions = u < 0.7 ? pos_mode::random : u < 0.9 ? pos_mode::near_end : pos_mode::same;
+  }
+  {
+    const double u = r.next_unit();
+    if (u < 0.15) p.amplitude = 0.5;
+    else if (u < 0.3) p.amplitude = 1.0;
+    else if (u < 0.5) p.amplitude = 4.0;
+    else if (u < 0.6) p.amplitude = 300.0;
+    else p.amplitude = std::round(std::exp(std::log(0.5) + r.next_unit() * std::log(600.0)) * 64) / 64;
+  }
+  p.seed = r.next_u64();
+  check_problem(p);
+  return p;
+}
+
+}  // namespace ropekv
