@@ -1,0 +1,145 @@
+"""Cross-check: the C++ reference (through `ropekv golden write --random`) against the numpy
+oracle, every byte of every expected tensor, on >= 300 random problems.
+
+Env: ROPEKV_BIN (required, else skipped), ROPEKV_ORACLE_CASES (default 300),
+ROPEKV_ORACLE_SEED (default 20261129), ROPEKV_ORACLE_MAX_TOKENS (default 32)."""
+import json
+import os
+import subprocess
+from collections import Counter
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import oracle as o
+from oracle.check import check_golden
+
+CASES = int(os.environ.get("ROPEKV_ORACLE_CASES", "300"))
+SEED = int(os.environ.get("ROPEKV_ORACLE_SEED", "20261129"))
+MAX_TOKENS = int(os.environ.get("ROPEKV_ORACLE_MAX_TOKENS", "32"))
+
+
+@pytest.fixture(scope="module")
+def golden_dir(ropekv_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("golden-random")
+    cmd = [ropekv_bin, "golden", "write", "--random", str(CASES), "--seed", str(SEED),
+           "--max-tokens", str(MAX_TOKENS), "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    files = sorted(out.glob("case-*.safetensors"))
+    assert len(files) == CASES, f"{' '.join(cmd)} wrote {len(files)} files, expected {CASES}"
+    return files
+
+
+def test_reference_matches_oracle_bytewise(golden_dir):
+    failed, ties = [], []
+    for path in golden_dir:
+        r = check_golden(path)
+        if not r.ok:
+            failed.append(r)
+        if r.ties:
+            ties.append(r)
+    for r in ties:  # documented double-rounding ties: allowed, always shown
+        print(r.report())
+    msg = "\n".join(r.report() for r in failed[:10])
+    assert not failed, f"{len(failed)} of {len(golden_dir)} cases differ from the oracle:\n{msg}"
+
+
+def test_random_cases_cover_every_option(golden_dir):
+    seen = Counter()
+    for path in golden_dir:
+        meta, _ = o.load_golden(path)
+        p = o.parse_repro(meta["repro"])
+        for key in ("in", "table_dtype", "pos", "slot", "qo", "cache", "table", "style", "layout",
+                    "order", "scale_conv", "pad_q", "pos_oob", "inplace_q", "inplace_k",
+                    "q_layout", "kv_layout", "pad_at", "positions"):
+            seen[(key, p[key])] += 1
+        seen[("pad_slots>0", p["pad_slots"] > 0)] += 1
+        seen[("tq=0", p["tq"] == 0)] += 1
+        seen[("tq<ts", p["tq"] < p["ts"])] += 1
+        seen[("ts<tk", p["ts"] < p["tk"])] += 1
+        seen[("padded strides", p["row_pad"] + p["entry_pad"] + p["block_pad"] > 0)] += 1
+    want = [(k, v) for k, vals in o.oracle._ENUMS.items() for v in vals]
+    want += [(k, b) for k in ("inplace_q", "inplace_k") for b in (False, True)]
+    want += [(k, True) for k in ("pad_slots>0", "tq=0", "tq<ts", "ts<tk", "padded strides")]
+    missing = [w for w in want if not seen[w]]
+    assert not missing, f"{len(golden_dir)} random cases never exercise: {missing}"
+
+
+# --- the checker itself, on files written here (no C++ needed) ---------------------------------
+def _write_case(path, repro, tensors, expected, dtypes):
+    st = {}
+    for n, a in {**tensors, **expected}.items():
+        st[n] = a.view(np.uint8) if dtypes[n].endswith("fnuz") else a
+    meta = {"format": "ropekv-golden", "contract_version": "1", "repro": repro,
+            "dtypes": json.dumps(dtypes)}
+    save_file(st, str(path), metadata=meta)
+
+
+def _random_case(repro, seed):
+    """Inputs of a problem drawn in Python (independently of the C++ generator)."""
+    p = o.parse_repro(repro)
+    rng = np.random.default_rng(seed)
+    tq, ts, tk, h, dn, dr, P = p["tq"], p["ts"], p["tk"], p["h"], p["dn"], p["dr"], p["p"]
+    nb, bs = p["nb"], p["bs"]
+    ind = o.NP_DTYPES[p["in"]]
+    t = {"q_nope": rng.uniform(-4, 4, (tq, h, dn)), "q_pe": rng.uniform(-4, 4, (tq, h, dr)),
+         "kv_c": rng.uniform(-4, 4, (tk, dn)), "k_pe": rng.uniform(-4, 4, (tk, dr))}
+    t = {n: a.astype(np.float32).astype(ind) for n, a in t.items()}
+    ang = rng.uniform(0, 7, (P, dr // 2))
+    td = o.NP_DTYPES[p["table_dtype"]]
+    if p["table"] == "one":
+        t["cos_sin"] = np.concatenate([np.cos(ang), np.sin(ang)], 1).astype(np.float32).astype(td)
+    else:
+        t["cos"], t["sin"] = (np.cos(ang).astype(np.float32).astype(td),
+                              np.sin(ang).astype(np.float32).astype(td))
+    t["positions"] = rng.integers(0, P, tk).astype(o.NP_DTYPES[p["pos"]])
+    slots = rng.permutation(nb * bs)[:ts]
+    slots[rng.random(ts) < 0.3] = -1
+    t["slot_mapping"] = slots.astype(o.NP_DTYPES[p["slot"]])
+    qo, cd = o.NP_DTYPES[p["qo"]], o.NP_DTYPES[p["cache"]]
+    t["q_out.initial"] = rng.uniform(-9, 9, (tq, h, dn + dr)).astype(np.float32).astype(qo)
+    t["cache.initial"] = rng.uniform(-9, 9, (nb, bs, dn + dr)).astype(np.float32).astype(cd)
+    dtypes = {n: next(k for k, v in o.NP_DTYPES.items() if v == a.dtype) for n, a in t.items()}
+    return p, t, dtypes
+
+
+@pytest.mark.parametrize("flip", [None, ("q_out.expected", 7), ("cache.expected", 1)])
+def test_checker_reports_a_flipped_byte(tmp_path, flip):
+    repro = ("tq=2 ts=3 tk=4 h=2 dn=8 dr=4 p=5 bs=3 nb=2 in=bf16 table_dtype=f32 qo=fp8_e4m3fnuz "
+             "cache=fp8_e5m2 k_scale=0.5 q_scale=3 scale_conv=reciprocal")
+    p, t, dtypes = _random_case(repro, 11)
+    exp = o.expected_outputs(p, t)
+    for n, a in exp.items():
+        dtypes[n] = dtypes[n.replace(".expected", ".initial")]
+    if flip:
+        name, elem = flip
+        flat = exp[name].reshape(-1).view(np.uint8)
+        flat[elem] ^= 0x01
+    path = tmp_path / "case.safetensors"
+    _write_case(path, repro, t, exp, dtypes)
+    r = check_golden(path)
+    if flip is None:
+        assert r.ok and r.compared_bytes > 0 and not r.ties, r.report()
+        return
+    assert not r.ok and r.mismatch_count == 1, r.report()
+    e = r.mismatches[0]
+    assert e.tensor == flip[0]
+    assert e.index == np.unravel_index(flip[1], exp[flip[0]].shape)
+    text = r.report()
+    assert repro in text and e.got_bits in text and e.want_bits in text
+
+
+def test_checker_reports_missing_tensor_and_bad_file(tmp_path):
+    repro = "tq=1 ts=1 tk=1 h=1 dn=2 dr=4 p=3 bs=2 nb=1 in=f32 table_dtype=f32 qo=f32 cache=f32"
+    p, t, dtypes = _random_case(repro, 5)
+    exp = o.expected_outputs(p, t)
+    del exp["cache.expected"]
+    dtypes["q_out.expected"] = "f32"
+    _write_case(tmp_path / "c.safetensors", repro, t, exp, dtypes)
+    r = check_golden(tmp_path / "c.safetensors")
+    assert not r.ok and any("cache.expected" in x for x in r.problems), r.report()
+    (tmp_path / "trunc.safetensors").write_bytes((tmp_path / "c.safetensors").read_bytes()[:40])
+    r = check_golden(tmp_path / "trunc.safetensors")
+    assert not r.ok and r.problems and r.problems[0].startswith("cannot load"), r.report()
