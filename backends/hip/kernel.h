@@ -46,25 +46,21 @@ ROPEKV_HOST_DEVICE int rk_size_bytes(int32_t t) {
 ROPEKV_HOST_DEVICE bool rk_is_fp8(int32_t t) { return t >= rk_e4m3fn; }
 
 ROPEKV_HOST_DEVICE uint32_t rk_f32_bits(float v) {
-#if defined(ROPEKV_SIM)
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return b;
-#elif defined(__CUDACC__) && !defined(__HIP__)
+#if defined(__CUDA_ARCH__)
   return __float_as_uint(v);
 #else
-  return __builtin_bit_cast(uint32_t, v);
+  uint32_t b;
+  __builtin_memcpy(&b, &v, 4);
+  return b;
 #endif
 }
 ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
-#if defined(ROPEKV_SIM)
-  float v;
-  std::memcpy(&v, &b, 4);
-  return v;
-#elif defined(__CUDACC__) && !defined(__HIP__)
+#if defined(__CUDA_ARCH__)
   return __uint_as_float(b);
 #else
-  return __builtin_bit_cast(float, b);
+  float v;
+  __builtin_memcpy(&v, &b, 4);
+  return v;
 #endif
 }
 
@@ -105,11 +101,9 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_narrow(float v, rk_format f, bool saturate
     const uint64_t full = (1ull << 23) | (mag & 0x7fffffu);  // 24-bit significand
     const int e = f32_exp - 127;
     const int emin = 1 - f.bias;
-    int shift = 23 - f.man_bits;
-    uint64_t base = 0;
     if (e >= emin) {
-      base = static_cast<uint64_t>(e - emin + 1) << f.man_bits;  // biased exponent field
-      shift = 23 - f.man_bits;
+      const uint64_t base = static_cast<uint64_t>(e - emin + 1) << f.man_bits;  // exponent field
+      const int shift = 23 - f.man_bits;
       // significand without the implicit bit, shifted: exponent carry works by addition
       const uint64_t kept = (full & 0x7fffffull) >> shift;
       const uint64_t rem = full & ((1ull << shift) - 1);
@@ -118,7 +112,7 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_narrow(float v, rk_format f, bool saturate
       if (rem > half || (rem == half && (c & 1ull))) c += 1;
       code = c > 0xffffull ? 0xffffu : static_cast<uint32_t>(c);
     } else {
-      shift = 23 - f.man_bits + (emin - e);
+      const int shift = 23 - f.man_bits + (emin - e);
       if (shift > 24) {
         code = 0;
       } else {
@@ -130,7 +124,6 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_narrow(float v, rk_format f, bool saturate
         code = static_cast<uint32_t>(c);
       }
     }
-    (void)base;
   }
   if (code > f.max_code) {
     if (saturate || !f.has_inf) {

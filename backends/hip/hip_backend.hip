@@ -1,0 +1,148 @@
+// GPU backend implementation, HIP source. nvcc compiles it through hip_backend.cu, hipcc
+// directly (-x hip). Only HIP runtime names mapped in gpu_compat.h may be used here.
+#include "backends/hip/gpu_compat.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/hip/hip_backend.h"
+#include "backends/hip/kernel.h"
+#include "backends/hip/launch_plan.h"
+#include "core/error.h"
+#include "core/validate.h"
+
+namespace ropekv_gpu {
+
+__global__ void __launch_bounds__(rk_block_threads) rk_fused_kernel(rk_params p) {
+  rk_fused_body(p);
+}
+
+}  // namespace ropekv_gpu
+
+namespace ropekv {
+namespace {
+
+void check(hipError_t e, const char* what) {
+  if (e != hipSuccess) throw error(std::string("hip: ") + what + ": " + hipGetErrorString(e));
+}
+
+class hip_backend final : public backend {
+ public:
+  ~hip_backend() override {
+    if (device_buffer_ != nullptr) (void)hipFree(device_buffer_);
+  }
+  std::string name() const override { return "hip"; }
+  std::string unsupported_reason(const op_args& args) const override {
+    const std::string no_gpu = hip_unavailable_reason();
+    if (!no_gpu.empty()) return "not supported: " + no_gpu;
+    return ropekv_gpu::rk_unsupported_reason(args);
+  }
+  void run_host(const op_args& args, const std::vector<memory_region>& regions) override {
+    validate(args, /*check_values=*/true);
+    const std::string why = unsupported_reason(args);
+    if (!why.empty()) throw unsupported_error(why);
+    // Lay the regions out in one device allocation, each at the same address modulo 256 as on
+    // the host, so the kernel sees the same alignment (and takes the same vector paths).
+    std::vector<size_t> offsets(regions.size());
+    size_t total = 0;
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const size_t host_mod = reinterpret_cast<uintptr_t>(regions[i].base) % 256;
+      total = (total + 255) / 256 * 256 + host_mod;
+      offsets[i] = total;
+      total += regions[i].size_bytes;
+    }
+    if (total > capacity_bytes_) {
+      const size_t grown = std::max(total, capacity_bytes_ * 2);
+      if (device_buffer_ != nullptr) check(hipFree(device_buffer_), "hipFree");
+      device_buffer_ = nullptr;
+      capacity_bytes_ = 0;
+      check(hipMalloc(&device_buffer_, grown), "hipMalloc");
+      capacity_bytes_ = grown;
+    }
+    char* dev = static_cast<char*>(device_buffer_);
+    for (size_t i = 0; i < regions.size(); ++i)
+      check(hipMemcpy(dev + offsets[i], regions[i].base, regions[i].size_bytes, hipMemcpyHostToDevice),
+            "hipMemcpy to device");
+    op_args d = args;
+    auto rebase = [&](tensor_view& v, const char* name) {
+      if (!v.present()) return;
+      const char* p = static_cast<const char*>(v.data);
+      for (size_t i = 0; i < regions.size(); ++i) {
+        const char* b = static_cast<const char*>(regions[i].base);
+        if (p >= b && p < b + regions[i].size_bytes) {
+          v.data = dev + offsets[i] + (p - b);
+          v.on_device = true;
+          return;
+        }
+      }
+      throw arg_error(name, "a view inside one of the memory regions", "a pointer outside them");
+    };
+    rebase(d.q_nope, "q_nope"); rebase(d.q_pe, "q_pe"); rebase(d.kv_c, "kv_c");
+    rebase(d.k_pe, "k_pe"); rebase(d.positions, "positions"); rebase(d.slot_mapping, "slot_mapping");
+    rebase(d.cos_sin, "cos_sin"); rebase(d.cos, "cos"); rebase(d.sin, "sin");
+    rebase(d.q_out, "q_out"); rebase(d.cache, "cache"); rebase(d.ckv_cache, "ckv_cache");
+    rebase(d.kpe_cache, "kpe_cache");
+    variant_ = hip_variant(d);
+    hip_launch(d, nullptr);
+    check(hipDeviceSynchronize(), "kernel execution");
+    for (size_t i = 0; i < regions.size(); ++i)
+      check(hipMemcpy(regions[i].base, dev + offsets[i], regions[i].size_bytes, hipMemcpyDeviceToHost),
+            "hipMemcpy to host");
+  }
+  std::string last_variant() const override { return variant_; }
+  std::string device_description() const override {
+    int dev = 0, driver = 0, runtime = 0;
+    hipDeviceProp_t prop;
+    std::memset(&prop, 0, sizeof(prop));
+    if (hipGetDevice(&dev) != hipSuccess || hipGetDeviceProperties(&prop, dev) != hipSuccess)
+      return "hip: no device";
+    (void)hipDriverGetVersion(&driver);
+    (void)hipRuntimeGetVersion(&runtime);
+    return std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) +
+           " SMs/CUs, driver " + std::to_string(driver) + ", runtime " + std::to_string(runtime);
+  }
+
+ private:
+  void* device_buffer_ = nullptr;  // cached mirror of the regions, grown on demand
+  size_t capacity_bytes_ = 0;
+  std::string variant_;
+};
+
+}  // namespace
+
+std::string hip_unavailable_reason() {
+  int count = 0;
+  const hipError_t e = hipGetDeviceCount(&count);
+  if (e != hipSuccess) return std::string("hip: ") + hipGetErrorString(e);
+  if (count == 0) return "hip: no GPU visible";
+  return {};
+}
+
+std::unique_ptr<backend> make_hip_backend() {
+  return std::make_unique<hip_backend>();
+}
+
+std::string hip_variant(const op_args& args) {
+  std::string v = ropekv_gpu::rk_make_launch(args).variant;
+#if ROPEKV_MUTATION != 0
+  v += "+mutation" + std::to_string(ROPEKV_MUTATION);
+#endif
+  return v;
+}
+
+void hip_launch(const op_args& device_args, void* stream) {
+  validate(device_args, /*check_values=*/false);
+  const std::string why = ropekv_gpu::rk_unsupported_reason(device_args);
+  if (!why.empty()) throw unsupported_error(why);
+  const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(device_args);
+  if (l.empty) return;
+  const dim3 grid(l.grid_x, l.grid_y, 1);
+  const dim3 block(l.block_threads, 1, 1);
+  ropekv_gpu::rk_fused_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+  check(hipGetLastError(), "kernel launch");
+}
+
+}  // namespace ropekv

@@ -1,0 +1,7 @@
+// Device-only compile check of the kernel body (no runtime, no host code): the gfx942 target,
+// built with clang-19 and the gfx942 shim (backends/hip/gfx942_shim, see docs/gpu.md).
+#include "backends/hip/kernel.h"
+
+namespace ropekv_gpu {
+__global__ void __launch_bounds__(128) rk_fused_kernel_check(rk_params p) { rk_fused_body(p); }
+}  // namespace ropekv_gpu
