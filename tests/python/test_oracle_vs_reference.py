@@ -46,6 +46,22 @@ def test_reference_matches_oracle_bytewise(golden_dir):
     assert not failed, f"{len(failed)} of {len(golden_dir)} cases differ from the oracle:\n{msg}"
 
 
+def test_cross_check_catches_an_fp32_evaluation(golden_dir, monkeypatch):
+    """The comparison is sharp: an oracle that evaluates rope in fp32 (fl32(fl32(x*C) +
+    fl32(R*S)), as a plain fp32 kernel would) must disagree with the reference somewhere."""
+    exact = o.oracle.round_exact_to_format
+
+    def fp32_eval(a, b, fmt, conv=None, scale=None):
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float64)
+        return exact(s, np.zeros_like(s), fmt, conv, scale)
+
+    monkeypatch.setattr(o.oracle, "round_exact_to_format", fp32_eval)
+    monkeypatch.setattr(o.oracle, "round_double_eval_to_format", fp32_eval)
+    bad = sum(not check_golden(p).ok for p in golden_dir)
+    assert bad > 0, "an fp32-evaluating oracle matched every byte: the cross-check is blind"
+
+
 def test_random_cases_cover_every_option(golden_dir):
     seen = Counter()
     for path in golden_dir:
