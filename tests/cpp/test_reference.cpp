@@ -1,0 +1,360 @@
+// The reference (backends/cpu) on hand-computed cases: every option of core/SPEC.md pinned with
+// numbers written here (f32 everywhere, so every value is exact).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/cache_map.h"
+#include "core/convert.h"
+#include "tests/cpp/hand_case.h"
+
+using namespace ropekv;
+using ropekv::test::hand_case;
+
+namespace {
+
+std::vector<float> q_out_row(const hand_case& c, int64_t t, int64_t h) {
+  std::vector<float> r;
+  for (int64_t f = 0; f < c.width(); ++f) r.push_back(c.q_out_at(t, h, f));
+  return r;
+}
+std::vector<float> cache_row(const hand_case& c, int64_t slot) {
+  std::vector<float> r;
+  for (int64_t f = 0; f < c.width(); ++f) r.push_back(c.cache_at(slot, f));
+  return r;
+}
+std::vector<uint32_t> cache_row_bits(const hand_case& c, int64_t slot) {
+  std::vector<uint32_t> r;
+  for (int64_t f = 0; f < c.width(); ++f) r.push_back(c.cache_bits(slot, f));
+  return r;
+}
+std::vector<uint32_t> q_out_row_bits(const hand_case& c, int64_t t, int64_t h) {
+  std::vector<uint32_t> r;
+  for (int64_t f = 0; f < c.width(); ++f) r.push_back(c.q_out_bits(t, h, f));
+  return r;
+}
+
+// One token, one head, Dn = 2, Dr = 4, position 3 whose row is cos [0.5, 2], sin [0.25, 1];
+// q_pe = [1, 2, 3, 4], k_pe = [4, 0, 0, -2], q_nope = [100, 101], kv_c = [300, 301], slot 2
+// (block 1, entry 0 of a 2 x 2 cache).
+hand_case one_token_case() {
+  hand_case c;
+  c.init();
+  c.set_table_row(3, {0.5f, 2.0f}, {0.25f, 1.0f});
+  c.positions = {3};
+  c.slots = {2};
+  c.q_pe = {1, 2, 3, 4};
+  c.k_pe = {4, 0, 0, -2};
+  return c;
+}
+
+// Sets every table row to a 90 degree rotation (cos 0, sin 1): a' = -b, b' = a.
+void rotate_90_everywhere(hand_case& c) {
+  for (int64_t p = 0; p < c.rows; ++p) {
+    c.set_table_row(p, std::vector<float>(static_cast<size_t>(c.dr / 2), 0.0f),
+                    std::vector<float>(static_cast<size_t>(c.dr / 2), 1.0f));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reference: gptj pairs (2i, 2i+1), joint nope_first") {
+  hand_case c = one_token_case();
+  reference_run(c.args());
+  // pair (0,1) with C=0.5 S=0.25: 1*0.5 - 2*0.25 = 0, 2*0.5 + 1*0.25 = 1.25
+  // pair (2,3) with C=2 S=1:     3*2 - 4*1 = 2,     4*2 + 3*1 = 11
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+  // k: (4,0): 4*0.5 - 0 = 2, 0 + 4*0.25 = 1; (0,-2): 0*2 + 2*1 = 2, -2*2 + 0 = -4
+  CHECK(cache_row(c, 2) == std::vector<float>{300, 301, 2, 1, 2, -4});
+  CHECK(c.cache_bytes_changed_outside({2}) == 0);
+}
+
+TEST_CASE("reference: neox pairs (i, i+Dr/2)") {
+  hand_case c = one_token_case();
+  c.opt.style = rope_style::neox;
+  reference_run(c.args());
+  // pair (0,2) with C=0.5 S=0.25: 1*0.5 - 3*0.25 = -0.25, 3*0.5 + 1*0.25 = 1.75
+  // pair (1,3) with C=2 S=1:     2*2 - 4*1 = 0,          4*2 + 2*1 = 10
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, -0.25f, 0, 1.75f, 10});
+  // k: (4,0): 2, 1 -> positions 0 and 2; (0,-2): 0*2 + 2*1 = 2, -2*2 + 0 = -4 -> positions 1, 3
+  CHECK(cache_row(c, 2) == std::vector<float>{300, 301, 2, 2, 1, -4});
+  CHECK(c.cache_bytes_changed_outside({2}) == 0);
+}
+
+TEST_CASE("reference: table two (cos and sin with padded row stride) equals table one") {
+  hand_case c = one_token_case();
+  c.table_two = true;  // the padding column of each row holds NaN: reading it would show
+  const op_args a = c.args();
+  REQUIRE(a.table() == table_kind::two);
+  reference_run(a);
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+  CHECK(cache_row(c, 2) == std::vector<float>{300, 301, 2, 1, 2, -4});
+}
+
+TEST_CASE("reference: joint rope_first row order, padded entries and blocks") {
+  hand_case c = one_token_case();
+  c.entry_pad = 3;
+  c.block_pad = 5;
+  c.init();  // resize with padding, then the same data as one_token_case
+  c.set_table_row(3, {0.5f, 2.0f}, {0.25f, 1.0f});
+  c.positions = {3};
+  c.slots = {2};
+  c.q_pe = {1, 2, 3, 4};
+  c.k_pe = {4, 0, 0, -2};
+  c.opt.order = row_order::rope_first;
+  reference_run(c.args());
+  CHECK(cache_row(c, 2) == std::vector<float>{2, 1, 2, -4, 300, 301});
+  CHECK(c.cache_bytes_changed_outside({2}) == 0);  // padding of entries and blocks untouched
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+}
+
+TEST_CASE("reference: split layout writes ckv_cache and kpe_cache") {
+  hand_case c = one_token_case();
+  c.entry_pad = 1;
+  c.block_pad = 2;
+  c.init();
+  c.set_table_row(3, {0.5f, 2.0f}, {0.25f, 1.0f});
+  c.positions = {3};
+  c.slots = {2};
+  c.q_pe = {1, 2, 3, 4};
+  c.k_pe = {4, 0, 0, -2};
+  c.opt.layout = cache_layout::split;
+  reference_run(c.args());
+  CHECK(c.ckv_at(2, 0) == 300);
+  CHECK(c.ckv_at(2, 1) == 301);
+  CHECK(std::vector<float>{c.kpe_at(2, 0), c.kpe_at(2, 1), c.kpe_at(2, 2), c.kpe_at(2, 3)} ==
+        std::vector<float>{2, 1, 2, -4});
+  // exactly the written elements changed (2 nope + 4 rope floats)
+  CHECK(count_not_poison(c.ckv.data(), c.ckv.size()) == 2 * sizeof(float));
+  CHECK(count_not_poison(c.kpe.data(), c.kpe.size()) == 4 * sizeof(float));
+  CHECK(count_not_poison(c.cache.data(), c.cache.size()) == 0);
+}
+
+TEST_CASE("reference: paged_cache_map offsets") {
+  hand_case c = one_token_case();
+  c.entry_pad = 3;
+  c.block_pad = 5;
+  c.init();
+  paged_cache_map m = paged_cache_map::from_args(c.args());
+  // entry stride 9, block stride 2 * 9 + 5 = 23; slot 3 = block 1, entry 1
+  CHECK(m.capacity_slots() == 4);
+  CHECK(m.nope_offset_elems(3, 1) == 23 + 9 + 1);
+  CHECK(m.rope_offset_elems(3, 0) == 23 + 9 + 2);
+  c.opt.order = row_order::rope_first;
+  m = paged_cache_map::from_args(c.args());
+  CHECK(m.rope_offset_elems(3, 0) == 23 + 9);
+  CHECK(m.nope_offset_elems(3, 0) == 23 + 9 + 4);
+  c.opt.layout = cache_layout::split;
+  m = paged_cache_map::from_args(c.args());
+  // ckv entry stride 2 + 3, block 2 * 5 + 5; kpe entry 4 + 3, block 2 * 7 + 5
+  CHECK(m.nope_offset_elems(3, 1) == 15 + 5 + 1);
+  CHECK(m.rope_offset_elems(3, 2) == 19 + 7 + 2);
+  CHECK(m.nope_tensor() == paged_cache_map::part_tensor::ckv_cache);
+  CHECK(m.rope_tensor() == paged_cache_map::part_tensor::kpe_cache);
+}
+
+// Tq = 2, Ts = 3, Tk = 4, H = 2. slots [3, -1, 0]; token 3 is past Ts (position 99, never read).
+// Table row 1 rotates by 90 degrees (a' = -b, b' = a); the other rows are the identity.
+hand_case padded_case(pad_q padding) {
+  hand_case c;
+  c.tq = 2; c.ts = 3; c.tk = 4; c.heads = 2;
+  c.init();
+  c.set_table_row(1, {0, 0}, {1, 1});
+  c.slots = {3, -1, 0};
+  c.positions = {1, 1, 2, 99};
+  c.opt.padding = padding;
+  return c;
+}
+
+TEST_CASE("reference: slot -1 writes no cache byte; pad_q computed writes its q row") {
+  hand_case c = padded_case(pad_q::computed);
+  c.opt.inplace_k = true;
+  const std::vector<float> k_pe_before = c.k_pe;
+  reference_run(c.args());
+  // token 0 (slot 3): q_pe [200..203] -> [-201, 200, -203, 202]; head 1 [204..207]
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, -201, 200, -203, 202});
+  CHECK(q_out_row(c, 0, 1) == std::vector<float>{102, 103, -205, 204, -207, 206});
+  // token 1 (slot -1): q still computed
+  CHECK(q_out_row(c, 1, 0) == std::vector<float>{104, 105, -209, 208, -211, 210});
+  CHECK(q_out_row(c, 1, 1) == std::vector<float>{106, 107, -213, 212, -215, 214});
+  // cache: token 0 into slot 3 (rotated), token 2 (t >= Tq, identity row 2) into slot 0
+  CHECK(cache_row(c, 3) == std::vector<float>{300, 301, -401, 400, -403, 402});
+  CHECK(cache_row(c, 0) == std::vector<float>{304, 305, 408, 409, 410, 411});
+  CHECK(c.cache_bytes_changed_outside({0, 3}) == 0);
+  // in-place k: only tokens whose slot >= 0 and t < Ts
+  CHECK(std::vector<float>(c.k_pe.begin(), c.k_pe.begin() + 4) == std::vector<float>{-401, 400, -403, 402});
+  CHECK(std::vector<float>(c.k_pe.begin() + 4, c.k_pe.end()) ==
+        std::vector<float>(k_pe_before.begin() + 4, k_pe_before.end()));
+}
+
+TEST_CASE("reference: pad_q skipped leaves the padding token's q row and never reads its position") {
+  hand_case c = padded_case(pad_q::skipped);
+  c.positions[1] = 99;  // out of range, but the token is unused
+  reference_run(c.args());
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, -201, 200, -203, 202});
+  CHECK(c.q_row_poisoned(1, 0));
+  CHECK(c.q_row_poisoned(1, 1));
+  CHECK(cache_row(c, 3) == std::vector<float>{300, 301, -401, 400, -403, 402});
+  CHECK(cache_row(c, 0) == std::vector<float>{304, 305, 408, 409, 410, 411});
+  CHECK(c.cache_bytes_changed_outside({0, 3}) == 0);
+}
+
+TEST_CASE("reference: pos_oob clamp uses rows 0 and P-1; error names the token") {
+  hand_case c;
+  c.tq = 2; c.ts = 2; c.tk = 2; c.rows = 2;
+  c.init();
+  c.set_table_row(1, {0, 0}, {1, 1});  // row 1 rotates, row 0 is the identity
+  c.positions = {7, -3};
+  SUBCASE("clamp") {
+    c.opt.positions = pos_oob::clamp;
+    reference_run(c.args());
+    CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, -201, 200, -203, 202});  // row 1
+    CHECK(q_out_row(c, 1, 0) == std::vector<float>{102, 103, 204, 205, 206, 207});    // row 0
+  }
+  SUBCASE("error") {
+    try {
+      reference_run(c.args());
+      FAIL("no error");
+    } catch (const arg_error& e) {
+      CHECK(e.arg() == "positions[0]");
+      CHECK(e.expected() == "[0, 2)");
+      CHECK(e.got() == "7");
+    }
+    CHECK(c.outputs_not_poison() == 0);
+  }
+}
+
+TEST_CASE("reference: inplace_q and inplace_k write rope back; q_out uses the original q_pe") {
+  hand_case c = one_token_case();
+  c.opt.inplace_q = true;
+  c.opt.inplace_k = true;
+  reference_run(c.args());
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+  CHECK(c.q_pe == std::vector<float>{0, 1.25f, 2, 11});
+  CHECK(c.k_pe == std::vector<float>{2, 1, 2, -4});
+  CHECK(cache_row(c, 2) == std::vector<float>{300, 301, 2, 1, 2, -4});
+}
+
+TEST_CASE("reference: inplace_q only for computed q rows, inplace_k only for written tokens") {
+  hand_case c;
+  c.tq = 2; c.ts = 2; c.tk = 3;
+  c.init();
+  rotate_90_everywhere(c);
+  c.slots = {-1, 1};
+  c.opt.padding = pad_q::skipped;
+  c.opt.inplace_q = true;
+  c.opt.inplace_k = true;
+  reference_run(c.args());
+  // q token 0 skipped: q_pe row 0 unchanged; q token 1 rotated in place
+  CHECK(std::vector<float>(c.q_pe.begin(), c.q_pe.begin() + 4) == std::vector<float>{200, 201, 202, 203});
+  CHECK(std::vector<float>(c.q_pe.begin() + 4, c.q_pe.end()) == std::vector<float>{-205, 204, -207, 206});
+  // k token 0 (slot -1) unchanged, token 1 rotated, token 2 (>= Ts) unchanged
+  CHECK(c.k_pe == std::vector<float>{400, 401, 402, 403, -405, 404, -407, 406, 408, 409, 410, 411});
+}
+
+TEST_CASE("reference: fp8 cache, divide vs reciprocal, saturation") {
+  // 10.9375 / 7 = 1.5625 exactly: a tie of e4m3fn between 1.5 (0x3c) and 1.625 (0x3d), which
+  // rounds to even 0x3c. fp32(1/7) is above 1/7, so fp32(10.9375 * fp32(1/7)) = 1.5625001192
+  // rounds up to 0x3d. 3500 / 7 = 500 > 448 saturates to 0x7e; 7 / 7 = 1 is 0x38.
+  const float x = 10.9375f, scale = 7.0f;
+  REQUIRE(x / scale == 1.5625f);
+  REQUIRE(x * (1.0f / scale) > 1.5625f);
+  hand_case c;
+  c.cache_dtype = dtype::fp8_e4m3fn;
+  c.k_scale = scale;
+  c.init();
+  c.slots = {0};
+  c.kv_c = {x, 3500};
+  c.k_pe = {x, 0, 7, 0};  // identity table row: rope = k_pe
+  SUBCASE("divide") {
+    c.opt.scale = scale_conv::divide;
+    reference_run(c.args());
+    CHECK(cache_row_bits(c, 0) == std::vector<uint32_t>{0x3c, 0x7e, 0x3c, 0x00, 0x38, 0x00});
+  }
+  SUBCASE("reciprocal") {
+    c.opt.scale = scale_conv::reciprocal;
+    reference_run(c.args());
+    CHECK(cache_row_bits(c, 0) == std::vector<uint32_t>{0x3d, 0x7e, 0x3d, 0x00, 0x38, 0x00});
+  }
+  CHECK(c.cache_bytes_changed_outside({0}) == 0);
+}
+
+TEST_CASE("reference: fp8 q_out uses q_scale; non-fp8 outputs ignore the scales") {
+  hand_case c;
+  c.q_out_dtype = dtype::fp8_e4m3fn;
+  c.q_scale = 7.0f;
+  c.k_scale = 3.0f;  // f32 cache: ignored
+  c.init();
+  c.q_nope = {10.9375f, -3500};
+  c.q_pe = {10.9375f, 0, 7, 0};
+  c.kv_c = {5, 6};
+  c.k_pe = {1, 2, 3, 4};
+  SUBCASE("divide") {
+    reference_run(c.args());
+    CHECK(q_out_row_bits(c, 0, 0) == std::vector<uint32_t>{0x3c, 0xfe, 0x3c, 0x00, 0x38, 0x00});
+  }
+  SUBCASE("reciprocal") {
+    c.opt.scale = scale_conv::reciprocal;
+    reference_run(c.args());
+    CHECK(q_out_row_bits(c, 0, 0) == std::vector<uint32_t>{0x3d, 0xfe, 0x3d, 0x00, 0x38, 0x00});
+  }
+  CHECK(cache_row(c, 0) == std::vector<float>{5, 6, 1, 2, 3, 4});
+}
+
+TEST_CASE("reference: Tq = 0 and Ts = 0 are no-ops; Tq = 0 with Ts > 0 writes only the cache") {
+  hand_case c;
+  c.tq = 0; c.ts = 0; c.tk = 2;
+  c.init();
+  c.opt.inplace_q = c.opt.inplace_k = true;
+  const std::vector<float> k_pe_before = c.k_pe;
+  reference_run(c.args());
+  CHECK(c.outputs_not_poison() == 0);
+  CHECK(c.k_pe == k_pe_before);
+
+  hand_case d;
+  d.tq = 0; d.ts = 1; d.tk = 2;
+  d.init();
+  reference_run(d.args());
+  CHECK(cache_row(d, 0) == std::vector<float>{300, 301, 400, 401, 402, 403});
+  CHECK(d.cache_bytes_changed_outside({0}) == 0);
+}
+
+TEST_CASE("reference: exact value where an fp32 evaluation cancels (issue #3)") {
+  // gptj pair (a, b) with a = C = 1 + 2^-23, b = -(1 + 2^-22), S = -(1 + 2^-23):
+  //   a' = a*C + R(a)*S = a*C + (-b)*S
+  //      = (1 + 2^-22 + 2^-46) - (1 + 3*2^-23 + 2^-45) = -(2^-23 + 2^-46)      (exact)
+  // An fp32 kernel doing fmaf(a, C, fp32((-b)*S)) rounds (-b)*S to -(1 + 3*2^-23) first and gets
+  //   (1 + 2^-22 + 2^-46) - (1 + 3*2^-23) = -(2^-23 - 2^-46): 3 ULP of f32 away.
+  const float a = 1.0f + 0x1p-23f, C = 1.0f + 0x1p-23f;
+  const float b = -(1.0f + 0x1p-22f), S = -(1.0f + 0x1p-23f);
+  hand_case c;
+  c.init();
+  c.set_table_row(0, {C, 1.0f}, {S, 0.0f});
+  c.q_pe = {a, b, 0, 0};
+  reference_run(c.args());
+  const float exact = -(0x1p-23f + 0x1p-46f);
+  CHECK(c.q_out_at(0, 0, 2) == exact);
+
+  const float fp32_eval = std::fmaf(a, C, (-b) * S);
+  CHECK(fp32_eval == -(0x1p-23f - 0x1p-46f));
+  uint32_t ref_bits = 0, f32_bits = 0;
+  std::memcpy(&ref_bits, &exact, 4);
+  std::memcpy(&f32_bits, &fp32_eval, 4);
+  CHECK(ulp_distance(dtype::f32, ref_bits, f32_bits) == 3);
+  CHECK(ulp_distance(dtype::f32, c.q_out_bits(0, 0, 2), ref_bits) == 0);
+  // the partner: b' = b*C + a*S, exact in double then one rounding
+  const double b_exact = std::fma(static_cast<double>(b), C, static_cast<double>(a) * S);
+  CHECK(c.q_out_at(0, 0, 3) == static_cast<float>(b_exact));
+}
+
+TEST_CASE("reference: backend interface") {
+  auto be = make_cpu_backend();
+  CHECK(be->name() == "ref");
+  hand_case c = one_token_case();
+  CHECK(be->unsupported_reason(c.args()) == "");
+  CHECK(be->device_description().find("OpenMP threads") != std::string::npos);
+  be->run_host(c.args(), {});
+  CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+}
