@@ -1,0 +1,268 @@
+// Golden files: safetensors round trip, load_golden_case, npy output, and corrupted files
+// (truncated, flipped header bytes, edited headers) that must give arg_error, never a crash.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/case_data.h"
+#include "core/error.h"
+#include "core/golden.h"
+#include "core/presets.h"
+
+using namespace ropekv;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("ropekv_test_golden_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool same_buffers(const case_data& a, const case_data& b) {
+  for (const auto& [name, buf] : a.buffers) {
+    const host_buffer& o = b.buffers.at(name);
+    if (o.size_bytes() != buf.size_bytes() || std::memcmp(o.data(), buf.data(), buf.size_bytes()) != 0)
+      return false;
+  }
+  return a.buffers.size() == b.buffers.size();
+}
+
+// A case and its reference run.
+struct run_pair {
+  case_data before, after;
+};
+run_pair run_reference(const problem& p) {
+  run_pair r{make_case(p), case_data{}};
+  r.after = r.before.clone();
+  reference_run(r.after.args);
+  return r;
+}
+
+// The arg_error message read_golden gives, or "" when the file loads.
+std::string load_error(const std::string& path) {
+  try {
+    load_golden_case(path);
+  } catch (const arg_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rewrites a golden file after editing its JSON header.
+template <typename F>
+void edit_header(const std::string& src, const std::string& dst, F&& edit) {
+  std::vector<uint8_t> bytes = read_all(src);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];
+  nlohmann::json h = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(n));
+  edit(h);
+  std::string text = h.dump();
+  std::vector<uint8_t> out(8);
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>((text.size() >> (8 * i)) & 0xff);
+  out.insert(out.end(), text.begin(), text.end());
+  out.insert(out.end(), bytes.begin() + 8 + static_cast<int64_t>(n), bytes.end());
+  write_all(dst, out);
+}
+
+}  // namespace
+
+TEST_CASE("golden: write, read, load round trip on random problems and a preset") {
+  std::vector<problem> problems;
+  for (uint64_t i = 0; i < 40; ++i) problems.push_back(random_problem(31, i, 48));
+  problems.push_back(preset_problem("kimi-k2-tp8", 5, 2));
+  problems.push_back(parse_problem("tq=2 ts=3 tk=4 h=2 dn=8 dr=4 p=32 bs=2 nb=4 inplace_q=1 inplace_k=1 cache=fp8_e4m3fnuz k_scale=0.37 layout=split"));
+  int inplace_seen = 0;
+  for (const problem& p : problems) {
+    INFO(p.to_repro());
+    run_pair r = run_reference(p);
+    const std::string path = temp_path("case.safetensors");
+    write_golden(path, r.before, r.after);
+    const golden_file f = read_golden(path);
+    CHECK(f.prob == p);
+    CHECK(f.metadata.at("format") == "ropekv-golden");
+    CHECK(f.metadata.at("contract_version") == "1");
+    CHECK(f.metadata.at("repro") == p.to_repro());
+    CHECK_FALSE(f.metadata.at("ropekv_version").empty());
+    CHECK_FALSE(f.metadata.at("ropekv_commit").empty());
+    const nlohmann::json dtypes = nlohmann::json::parse(f.metadata.at("dtypes"));
+    CHECK(dtypes.at("q_out.expected") == dtype_name(p.q_out_dtype));
+    CHECK(dtypes.size() == f.tensors.size());
+    const std::vector<golden_tensor_spec> specs = golden_tensor_specs(p);
+    CHECK(f.tensors.size() == specs.size());
+    inplace_seen += f.tensors.count("q_pe.expected") + f.tensors.count("k_pe.expected");
+    const golden_case g = load_golden_case(path);
+    // the rebuilt case is byte-identical to the one written: strides, padding, poison, data
+    CHECK(same_buffers(g.initial, r.before));
+    CHECK(same_buffers(g.expected, r.after));
+    CHECK(g.initial.prob == p);
+  }
+  CHECK(inplace_seen > 0);
+}
+
+TEST_CASE("golden: file tensors are logical, contiguous and overwrite the rebuilt case") {
+  const problem p = parse_problem("tq=2 ts=2 tk=3 h=2 dn=4 dr=2 p=8 bs=2 nb=2 in=f32 q_layout=head_major row_pad=3 kv_layout=fused");
+  run_pair r = run_reference(p);
+  const std::string path = temp_path("edit.safetensors");
+  golden_file f = make_golden(r.before, r.after);
+  const golden_tensor& q = f.tensors.at("q_nope");
+  CHECK(q.shape == std::vector<int64_t>{2, 2, 4});
+  CHECK(q.bytes.size() == 2 * 2 * 4 * 4);
+  float first = 0;
+  std::memcpy(&first, q.bytes.data() + ((1 * 2 + 0) * 4 + 3) * 4, 4);  // [t=1, h=0, d=3]
+  const uint8_t* in_view = static_cast<const uint8_t*>(r.before.args.q_nope.data) +
+                           r.before.args.q_nope.offset_elems({1, 0, 3}) * 4;
+  float want = 0;
+  std::memcpy(&want, in_view, 4);
+  CHECK(first == want);
+  // a user's edited tensor wins over the repro's generated data
+  const float edited = 123.5f;
+  std::memcpy(f.tensors.at("q_nope").bytes.data(), &edited, 4);
+  write_golden(path, f);
+  const golden_case g = load_golden_case(path);
+  float got = 0;
+  std::memcpy(&got, g.initial.args.q_nope.data, 4);
+  CHECK(got == edited);
+}
+
+TEST_CASE("golden: npy folder with meta.json") {
+  const problem p = parse_problem("tq=3 ts=3 tk=3 h=1 dn=4 dr=2 p=8 bs=4 nb=1 in=bf16 cache=fp8_e5m2 k_scale=2 table=two");
+  run_pair r = run_reference(p);
+  const std::string dir = temp_path("npy_case");
+  write_golden_npy(dir, r.before, r.after);
+  const nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir + "/meta.json"));
+  CHECK(meta.at("format") == "ropekv-golden");
+  CHECK(meta.at("repro") == p.to_repro());
+  CHECK(meta.at("dtypes").at("cache.expected") == "fp8_e5m2");
+  CHECK(meta.at("tensors").at("cos").at("shape") == nlohmann::json::array({8, 1}));
+  const golden_file f = make_golden(r.before, r.after);
+  for (const auto& [name, t] : f.tensors) {
+    INFO(name);
+    const std::vector<uint8_t> bytes = read_all(dir + "/" + name + ".npy");
+    REQUIRE(bytes.size() > 10);
+    CHECK(std::memcmp(bytes.data(), "\x93NUMPY\x01\x00", 8) == 0);
+    const size_t hlen = bytes[8] | (bytes[9] << 8);
+    CHECK((10 + hlen) % 64 == 0);
+    const std::string header(bytes.begin() + 10, bytes.begin() + 10 + static_cast<int64_t>(hlen));
+    const std::string descr = t.type == dtype::bf16 ? "'<u2'" : t.type == dtype::fp8_e5m2 ? "'|u1'"
+                              : t.type == dtype::i64 ? "'<i8'" : "";
+    if (!descr.empty()) CHECK(header.find("'descr': " + descr) != std::string::npos);
+    CHECK(header.back() == '\n');
+    REQUIRE(bytes.size() == 10 + hlen + t.bytes.size());
+    CHECK(std::equal(t.bytes.begin(), t.bytes.end(), bytes.begin() + 10 + static_cast<int64_t>(hlen)));
+  }
+  CHECK(read_all(dir + "/positions.npy").size() > 0);
+  const std::vector<uint8_t> pos = read_all(dir + "/positions.npy");
+  CHECK(std::string(pos.begin() + 10, pos.end()).find("'shape': (3,)") != std::string::npos);
+}
+
+TEST_CASE("golden: truncated and corrupted files give arg_error naming the file") {
+  const problem p = parse_problem("tq=2 ts=2 tk=2 h=2 dn=8 dr=4 p=16 bs=2 nb=2 cache=fp8_e4m3fn k_scale=0.5");
+  run_pair r = run_reference(p);
+  const std::string good = temp_path("good.safetensors");
+  const std::string bad = temp_path("bad.safetensors");
+  write_golden(good, r.before, r.after);
+  const std::vector<uint8_t> bytes = read_all(good);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<size_t>(i)];
+  REQUIRE(header_len + 8 < bytes.size());
+
+  SUBCASE("missing file") {
+    const std::string msg = load_error(temp_path("does_not_exist.safetensors"));
+    CHECK(msg.find("does_not_exist.safetensors") != std::string::npos);
+  }
+  SUBCASE("truncated at many lengths") {
+    for (size_t len : {size_t{0}, size_t{3}, size_t{7}, size_t{8}, size_t{9}, size_t{8 + header_len / 2},
+                       size_t{8 + header_len - 1}, size_t{8 + header_len}, size_t{8 + header_len + 1},
+                       bytes.size() / 2 + header_len / 2, bytes.size() - 1}) {
+      INFO("length " << len);
+      write_all(bad, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<int64_t>(len)));
+      const std::string msg = load_error(bad);
+      CHECK(msg.find(bad) == 0);
+    }
+    write_all(bad, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 8));
+    CHECK(load_error(bad).find("header length") != std::string::npos);
+    write_all(bad, std::vector<uint8_t>(bytes.begin(), bytes.begin() + 4));
+    CHECK(load_error(bad).find("at least 8 bytes") != std::string::npos);
+    write_all(bad, std::vector<uint8_t>(bytes.begin(), bytes.end() - 1));
+    CHECK(load_error(bad).find("data_offsets") != std::string::npos);
+  }
+  SUBCASE("every header byte flipped: an error or a harmless change, never a crash") {
+    int errors = 0, loads = 0;
+    for (size_t i = 0; i < 8 + header_len; ++i) {
+      std::vector<uint8_t> b = bytes;
+      b[i] ^= (i % 2 ? 0x01 : 0x40);
+      write_all(bad, b);
+      const std::string msg = load_error(bad);
+      if (msg.empty()) ++loads;
+      else {
+        ++errors;
+        CHECK(msg.find(bad) == 0);
+      }
+    }
+    MESSAGE(errors << " flips rejected, " << loads << " harmless (whitespace, version strings)");
+    CHECK(errors > static_cast<int>(header_len) / 2);
+    // a huge length
+    std::vector<uint8_t> b = bytes;
+    b[7] = 0x7f;
+    write_all(bad, b);
+    CHECK(load_error(bad).find("header length") != std::string::npos);
+  }
+  SUBCASE("edited headers") {
+    auto expect = [&](auto edit, const char* needle) {
+      edit_header(good, bad, edit);
+      const std::string msg = load_error(bad);
+      INFO(msg);
+      CHECK(msg.find(bad) == 0);
+      CHECK(msg.find(needle) != std::string::npos);
+    };
+    using json = nlohmann::json;
+    edit_header(good, bad, [](json&) {});
+    CHECK(load_error(bad).empty());  // the editor itself keeps a valid file
+    expect([](json& h) { h["q_nope"]["data_offsets"][1] = 1u << 30; }, "data_offsets");
+    expect([](json& h) { h["q_nope"]["data_offsets"][0] = 5; }, "data_offsets");
+    expect([](json& h) { h["q_nope"]["data_offsets"] = json::array({-1, 3}); }, "data_offsets");
+    expect([](json& h) { h["q_nope"]["dtype"] = "F32"; }, "dtype");
+    expect([](json& h) { h["q_nope"]["dtype"] = 7; }, "dtype");
+    expect([](json& h) { h["cache.expected"]["dtype"] = "U8"; }, "dtype");
+    expect([](json& h) { h["q_nope"]["shape"] = json::array({2, 2, 7}); }, "data_offsets");
+    expect([](json& h) { h["q_nope"]["shape"] = json::array({2, -2, 8}); }, "shape");
+    expect([](json& h) { h["q_nope"]["shape"] = json::array({1u << 31, 1u << 31, 8}); }, "shape");
+    expect([](json& h) { h["q_nope"]["shape"] = json::array({4, 1, 8}); }, "shape");
+    expect([](json& h) { h.erase("kv_c"); }, "kv_c");
+    expect([](json& h) { h["extra"] = h["kv_c"]; auto d = json::parse(h["__metadata__"]["dtypes"].get<std::string>()); d["extra"] = "bf16"; h["__metadata__"]["dtypes"] = d.dump(); }, "extra");
+    expect([](json& h) { h.erase("__metadata__"); }, "__metadata__");
+    expect([](json& h) { h["__metadata__"]["format"] = "other"; }, "format");
+    expect([](json& h) { h["__metadata__"]["contract_version"] = "2"; }, "contract_version");
+    expect([](json& h) { h["__metadata__"]["repro"] = "tq=2 bogus=1"; }, "repro");
+    expect([](json& h) { h["__metadata__"]["repro"] = "tq=3 ts=2"; }, "repro");
+    expect([](json& h) { h["__metadata__"]["dtypes"] = "{"; }, "dtypes");
+    expect([](json& h) { h["__metadata__"]["dtypes"] = "{\"q_nope\": \"f64\"}"; }, "dtypes");
+    expect([](json& h) { h["__metadata__"]["repro"] = 5; }, "__metadata__");
+    expect([](json& h) { h = json::array({1, 2}); }, "header");
+    // repro that disagrees with the tensors (different heads)
+    expect([&](json& h) {
+      problem q = p;
+      q.heads = 1;
+      h["__metadata__"]["repro"] = q.to_repro();
+    }, "shape");
+  }
+}

@@ -1,0 +1,231 @@
+// The problem descriptor: repro round trip, parsing rules and errors, the random generator's
+// coverage and bounds.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "core/presets.h"
+#include "core/problem.h"
+
+using namespace ropekv;
+
+namespace {
+
+// Runs parse_problem and returns the arg_error's argument ("" when it did not throw).
+std::string parse_error_arg(const std::string& repro, std::string* message = nullptr) {
+  try {
+    parse_problem(repro);
+  } catch (const arg_error& e) {
+    if (message) *message = e.what();
+    return e.arg();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("repro: parse(to_repro(p)) == p and prints identically, 10000 random problems") {
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const problem p = random_problem(42, i, 4096);
+    const std::string s = p.to_repro();
+    const problem q = parse_problem(s);
+    if (!(q == p) || q.to_repro() != s) {
+      INFO("case " << i << ": " << s);
+      INFO("reprinted: " << q.to_repro());
+      FAIL("round trip differs");
+    }
+  }
+}
+
+TEST_CASE("repro: canonical key order and default values") {
+  const problem d;
+  const std::string s = d.to_repro();
+  CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
+                "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
+                "order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
+                "inplace_k=0 k_scale=1 q_scale=1 q_layout=token_major kv_layout=separate "
+                "row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
+                "positions=random rope_table=random amp=4 seed=1",
+                0) == 0);
+  CHECK(parse_problem("") == d);
+  CHECK(parse_problem("   ") == d);
+}
+
+TEST_CASE("repro: any order, any subset, whitespace") {
+  const problem p = parse_problem("  h=8\tts=3 tq=2 tk=5  cache=fp8_e4m3fn k_scale=0.1 rope_table=kimi-k2 ");
+  problem q;
+  q.heads = 8;
+  q.tq = 2;
+  q.ts = 3;
+  q.tk = 5;
+  q.cache_dtype = dtype::fp8_e4m3fn;
+  q.k_scale = 0.1f;
+  q.rope_table = "kimi-k2";
+  CHECK(p == q);
+  // floats print as the shortest decimal that round-trips
+  CHECK(p.to_repro().find(" k_scale=0.1 ") != std::string::npos);
+  problem r = q;
+  r.k_scale = 1.0f / 3.0f;
+  r.amplitude = 0.1 + 0.2;
+  CHECK(r.to_repro().find(" k_scale=0.33333334 ") != std::string::npos);
+  CHECK(r.to_repro().find(" amp=0.30000000000000004 ") != std::string::npos);
+  CHECK(parse_problem(r.to_repro()) == r);
+  // uint64 seeds survive
+  CHECK(parse_problem("seed=18446744073709551615").seed == UINT64_MAX);
+  // operator== sees every field
+  problem s = q;
+  s.opt.inplace_k = true;
+  CHECK(s != q);
+  s = q;
+  s.table_pad_elems = 1;
+  CHECK(s != q);
+}
+
+TEST_CASE("repro: errors name the key") {
+  std::string msg;
+  CHECK(parse_error_arg("tq=1 bogus=3", &msg) == "repro");
+  CHECK(msg.find("bogus") != std::string::npos);
+  CHECK(msg.find("one of tq, ts, tk") != std::string::npos);
+  CHECK(parse_error_arg("tq") == "repro");
+  CHECK(parse_error_arg("=4") == "repro");
+  CHECK(parse_error_arg("tq=abc", &msg) == "tq");
+  CHECK(msg.find("abc") != std::string::npos);
+  CHECK(parse_error_arg("tq=1x") == "tq");
+  CHECK(parse_error_arg("tq=") == "tq");
+  CHECK(parse_error_arg("tq=99999999999999999999999") == "tq");
+  CHECK(parse_error_arg("seed=-1") == "seed");
+  CHECK(parse_error_arg("k_scale=abc") == "k_scale");
+  CHECK(parse_error_arg("k_scale=1.5x") == "k_scale");
+  CHECK(parse_error_arg("k_scale=0") == "k_scale");
+  CHECK(parse_error_arg("q_scale=-2") == "q_scale");
+  CHECK(parse_error_arg("q_scale=nan") == "q_scale");
+  CHECK(parse_error_arg("k_scale=inf") == "k_scale");
+  CHECK(parse_error_arg("k_scale=1e39") == "k_scale");  // overflows float32 -> inf
+  CHECK(parse_error_arg("amp=0") == "amp");
+  CHECK(parse_error_arg("in=fp8_e4m3fn") == "in");
+  CHECK(parse_error_arg("in=f64") == "in");
+  CHECK(parse_error_arg("table_dtype=i32") == "table_dtype");
+  CHECK(parse_error_arg("pos=f32") == "pos");
+  CHECK(parse_error_arg("slot=u8") == "slot");
+  CHECK(parse_error_arg("qo=i64") == "qo");
+  CHECK(parse_error_arg("cache=i32") == "cache");
+  CHECK(parse_error_arg("style=llama") == "style");
+  CHECK(parse_error_arg("layout=paged") == "layout");
+  CHECK(parse_error_arg("pad_at=somewhere") == "pad_at");
+  CHECK(parse_error_arg("q_layout=x") == "q_layout");
+  CHECK(parse_error_arg("inplace_q=2") == "inplace_q");
+  CHECK(parse_error_arg("inplace_k=yes") == "inplace_k");
+  CHECK(parse_error_arg("tq=1 tq=2", &msg) == "tq");
+  // constraints
+  CHECK(parse_error_arg("tq=5 ts=4 tk=5") == "tq");
+  CHECK(parse_error_arg("tq=1 ts=5 tk=4") == "ts");
+  CHECK(parse_error_arg("tq=-1") == "tq");
+  CHECK(parse_error_arg("dr=3") == "dr");
+  CHECK(parse_error_arg("dr=0") == "dr");
+  CHECK(parse_error_arg("dn=0") == "dn");
+  CHECK(parse_error_arg("h=0") == "h");
+  CHECK(parse_error_arg("p=0") == "p");
+  CHECK(parse_error_arg("bs=0") == "bs");
+  CHECK(parse_error_arg("row_pad=-1") == "row_pad");
+  CHECK(parse_error_arg("tq=1 ts=1 tk=1 pad_slots=2") == "pad_slots");
+  CHECK(parse_error_arg("tq=1 ts=3 tk=3 bs=1 nb=2", &msg) == "nb");
+  CHECK(msg.find("nb * bs >= 3") != std::string::npos);
+  CHECK(parse_error_arg("tq=1 ts=3 tk=3 bs=1 nb=2 pad_slots=1") == "");  // 2 written slots fit
+  CHECK(parse_error_arg("rope_table=llama3") == "rope_table");
+  CHECK(parse_error_arg("rope_table=deepseek-v3 p=163840") == "");
+  CHECK(parse_error_arg("rope_table=deepseek-v3 p=163841") == "p");
+  CHECK(parse_error_arg("rope_table=kimi-k2 p=131073") == "p");
+  CHECK(parse_error_arg("h=65536 dn=65536 tq=16777216 ts=16777216 tk=16777216 nb=262144") == "q_nope");
+}
+
+TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers every option") {
+  CHECK(random_problem(7, 3) == random_problem(7, 3));
+  CHECK(random_problem(7, 3) != random_problem(7, 4));
+  CHECK(random_problem(7, 3) != random_problem(8, 3));
+  CHECK_THROWS_AS(random_problem(1, 0, 0), arg_error);
+  CHECK_THROWS_AS(random_problem(1, 0, 4097), arg_error);
+
+  std::map<std::string, std::set<std::string>> seen;
+  auto see = [&](const char* key, const std::string& v) { seen[key].insert(v); };
+  const int n = 4000;
+  int small = 0, over_512 = 0, fp8_scale_odd = 0, preset_full = 0, ts_gt_tq = 0, tk_gt_ts = 0;
+  int64_t max_tq = 0;
+  std::set<int64_t> heads, block_sizes, dns, drs;
+  for (int i = 0; i < n; ++i) {
+    const problem p = random_problem(2026, static_cast<uint64_t>(i), 4096);
+    CHECK_NOTHROW(check_problem(p));
+    CHECK(p.tq * p.heads * (p.dn + p.dr) <= (int64_t{2} << 20));
+    CHECK(p.tk <= 4096);
+    small += p.tq <= 64;
+    over_512 += p.tq > 512;
+    max_tq = std::max(max_tq, p.tq);
+    ts_gt_tq += p.ts > p.tq;
+    tk_gt_ts += p.tk > p.ts;
+    heads.insert(p.heads);
+    block_sizes.insert(p.block_size);
+    dns.insert(p.dn);
+    drs.insert(p.dr);
+    if (dtype_is_fp8(p.cache_dtype) && p.k_scale != 1.0f && p.k_scale != 0.5f && p.k_scale != 2.0f)
+      ++fp8_scale_odd;
+    see("tq", p.tq == 0 ? "0" : p.tq == 1 ? "1" : "more");
+    see("in", dtype_name(p.in_dtype));
+    see("table_dtype", dtype_name(p.table_dtype));
+    see("pos", dtype_name(p.pos_dtype));
+    see("slot", dtype_name(p.slot_dtype));
+    see("qo", dtype_name(p.q_out_dtype));
+    see("cache", dtype_name(p.cache_dtype));
+    see("table", std::string(to_string(p.table)));
+    see("style", std::string(to_string(p.opt.style)));
+    see("layout", std::string(to_string(p.opt.layout)));
+    see("order", std::string(to_string(p.opt.order)));
+    see("scale_conv", std::string(to_string(p.opt.scale)));
+    see("pad_q", std::string(to_string(p.opt.padding)));
+    see("pos_oob", std::string(to_string(p.opt.positions)));
+    see("inplace_q", p.opt.inplace_q ? "1" : "0");
+    see("inplace_k", p.opt.inplace_k ? "1" : "0");
+    see("q_layout", std::string(to_string(p.q_layout)));
+    see("kv_layout", std::string(to_string(p.kv_layout)));
+    see("row_pad", p.row_pad_elems ? "pad" : "0");
+    see("entry_pad", p.entry_pad_elems ? "pad" : "0");
+    see("block_pad", p.block_pad_elems ? "pad" : "0");
+    see("table_pad", p.table_pad_elems ? "pad" : "0");
+    if (p.pad_slots > 0) see("pad_at", std::string(to_string(p.pad_where)));
+    see("positions", std::string(to_string(p.positions)));
+    see("rope_table", p.rope_table);
+    see("amp", p.amplitude >= 100 ? "large" : p.amplitude <= 1 ? "small" : "mid");
+    if (p.rope_table != "random" && p.table_rows == yarn_table_rows(find_preset(p.rope_table).yarn))
+      ++preset_full;
+  }
+  CHECK(small >= n * 3 / 4);       // most cases are quick
+  CHECK(over_512 > 0);             // ... some are large
+  CHECK(max_tq > 2048);
+  CHECK(ts_gt_tq > n / 10);        // CUDA-graph padding
+  CHECK(tk_gt_ts > n / 10);
+  CHECK(fp8_scale_odd > n / 10);
+  for (int64_t h : {1, 8, 16, 128}) CHECK(heads.count(h) == 1);
+  CHECK(heads.size() > 10);
+  for (int64_t b : {1, 16, 64, 3, 37}) CHECK(block_sizes.count(b) == 1);
+  for (int64_t d : {8, 24, 100, 512}) CHECK(dns.count(d) == 1);
+  for (int64_t d : {2, 4, 6, 16, 64}) CHECK(drs.count(d) == 1);
+  CHECK(seen["tq"].size() == 3);
+  CHECK(seen["in"].size() == 3);
+  CHECK(seen["table_dtype"].size() == 3);
+  CHECK(seen["pos"].size() == 2);
+  CHECK(seen["slot"].size() == 2);
+  CHECK(seen["qo"].size() == 7);
+  CHECK(seen["cache"].size() == 7);
+  for (const char* k : {"table", "style", "layout", "order", "scale_conv", "pad_q", "pos_oob",
+                        "inplace_q", "inplace_k", "q_layout", "kv_layout", "row_pad", "entry_pad",
+                        "block_pad", "table_pad"}) {
+    INFO(k);
+    CHECK(seen[k].size() == 2);
+  }
+  CHECK(seen["pad_at"].size() == 4);
+  CHECK(seen["positions"].size() == 3);
+  CHECK(seen["rope_table"].size() == 1 + model_presets().size());
+  CHECK(seen["amp"].size() == 3);
+  CHECK(preset_full > 0);
+}
