@@ -1,0 +1,195 @@
+// The sim backend (the HIP kernel body run on the CPU) against the reference.
+// Also built with each planted kernel bug (ROPEKV_SIM_MUTATIONS, scripts/sim_mutations.sh):
+// the "sim" test cases below must then fail.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/sim/sim_backend.h"
+#include "core/case_data.h"
+#include "core/compare.h"
+#include "core/convert.h"
+#include "core/problem.h"
+#include "core/rng.h"
+
+// The kernel's own conversions, compiled here as host code (ROPEKV_SIM), to check them
+// bit-for-bit against core's independent conversions.
+#ifndef ROPEKV_SIM
+#define ROPEKV_SIM 1
+#endif
+#include "backends/hip/kernel.h"
+
+namespace {
+
+using namespace ropekv;
+
+struct sim_result {
+  case_report report;
+  std::string variant;
+};
+
+// Runs the reference and the sim on copies of the same case and compares every region.
+sim_result run_and_compare(const problem& p) {
+  case_data initial = make_case(p);
+  case_data ref = initial.clone();
+  case_data got = initial.clone();
+  auto cpu = make_cpu_backend();
+  auto sim = make_sim_backend();
+  cpu->run_host(ref.args, ref.regions());
+  REQUIRE_MESSAGE(sim->unsupported_reason(got.args) == "", p.to_repro());
+  sim->run_host(got.args, got.regions());
+  compare_options opt;  // max 1 ULP plus the fp32 allowance of core/SPEC.md
+  return {compare_runs(initial, ref, got, opt), sim->last_variant()};
+}
+
+void check_passes(const std::string& repro) {
+  const problem p = parse_problem(repro);
+  const sim_result r = run_and_compare(p);
+  INFO(repro);
+  INFO(format_case_report(r.report, true));
+  CHECK(r.report.outcome == case_outcome::passed);
+  CHECK(r.variant.rfind("fused_v1", 0) == 0);
+}
+
+int32_t kernel_dtype(dtype t) {
+  switch (t) {
+    case dtype::f32: return ropekv_gpu::rk_f32;
+    case dtype::f16: return ropekv_gpu::rk_f16;
+    case dtype::bf16: return ropekv_gpu::rk_bf16;
+    case dtype::fp8_e4m3fn: return ropekv_gpu::rk_e4m3fn;
+    case dtype::fp8_e4m3fnuz: return ropekv_gpu::rk_e4m3fnuz;
+    case dtype::fp8_e5m2: return ropekv_gpu::rk_e5m2;
+    case dtype::fp8_e5m2fnuz: return ropekv_gpu::rk_e5m2fnuz;
+    default: FAIL("not a float dtype: " << dtype_name(t)); return -1;
+  }
+}
+
+float f32_of(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("kernel conversions: decode of every f16/bf16/fp8 code equals core's") {
+  const dtype types[] = {dtype::f16, dtype::bf16, dtype::fp8_e4m3fn, dtype::fp8_e4m3fnuz,
+                         dtype::fp8_e5m2, dtype::fp8_e5m2fnuz};
+  for (dtype t : types) {
+    const uint32_t n = dtype_size_bytes(t) == 2 ? 65536u : 256u;
+    int64_t bad = 0;
+    for (uint32_t code = 0; code < n; ++code) {
+      const float k = ropekv_gpu::rk_decode(kernel_dtype(t), code);
+      const float c = decode_to_f32(t, code);
+      const bool same = (std::isnan(k) && std::isnan(c)) || std::memcmp(&k, &c, 4) == 0;
+      if (!same && bad++ < 3) FAIL_CHECK(dtype_name(t) << " code " << code << ": kernel " << k << " core " << c);
+    }
+    CHECK_MESSAGE(bad == 0, dtype_name(t));
+  }
+}
+
+TEST_CASE("kernel conversions: encode from f32 equals core's (ties, boundaries, random)") {
+  const dtype types[] = {dtype::f16, dtype::bf16, dtype::fp8_e4m3fn, dtype::fp8_e4m3fnuz,
+                         dtype::fp8_e5m2, dtype::fp8_e5m2fnuz};
+  for (dtype t : types) {
+    const overflow_mode mode = dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee;
+    std::vector<float> values = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-45f, -1e-45f, 1e38f, -3e38f};
+    // every code, and the midpoints (ties) and near-midpoints between neighbouring codes
+    const uint32_t n = dtype_size_bytes(t) == 2 ? 65536u : 256u;
+    for (uint32_t code = 0; code + 1 < n; ++code) {
+      const double a = decode_to_f64(t, code), b = decode_to_f64(t, code + 1);
+      if (!std::isfinite(a) || !std::isfinite(b)) continue;
+      const float mid = static_cast<float>((a + b) / 2);
+      values.push_back(static_cast<float>(a));
+      values.push_back(mid);
+      values.push_back(std::nextafter(mid, INFINITY));
+      values.push_back(std::nextafter(mid, -INFINITY));
+    }
+    const double maxf = float_format_of(t).max_finite;
+    for (double m : {maxf, maxf * 1.03, maxf * 1.0625, maxf * 2})
+      for (double s : {1.0, -1.0}) values.push_back(static_cast<float>(s * m));
+    for (uint64_t i = 0; i < 200000; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(rng_u64(7, 99, i));
+      values.push_back(f32_of(bits));
+    }
+    int64_t bad = 0;
+    for (float v : values) {
+      const uint32_t k = ropekv_gpu::rk_encode(kernel_dtype(t), v);
+      const uint32_t c = encode_from_f32(t, v, mode);
+      const bool same = k == c || (is_nan_bits(t, k) && is_nan_bits(t, c));
+      if (!same && bad++ < 3)
+        FAIL_CHECK(dtype_name(t) << " value " << v << ": kernel " << k << " core " << c);
+    }
+    CHECK_MESSAGE(bad == 0, dtype_name(t));
+  }
+}
+
+TEST_CASE("sim vs reference: hand-picked problems covering every option") {
+  const char* base = "tq=3 ts=5 tk=7 h=5 dn=40 dr=8 p=50 bs=4 nb=4 seed=11 ";
+  const std::vector<std::string> cases = {
+      // defaults: bf16, joint nope_first, gptj, table one
+      "tq=2 ts=2 tk=2 h=4 dn=512 dr=64 p=64 bs=16 nb=1",
+      std::string(base) + "style=neox",
+      std::string(base) + "table=two table_pad=3",
+      std::string(base) + "order=rope_first entry_pad=5 block_pad=7",
+      std::string(base) + "layout=split entry_pad=3 block_pad=9",
+      std::string(base) + "in=f32 qo=f32 cache=f32 table_dtype=f32",
+      std::string(base) + "in=f16 qo=f16 cache=f16 table_dtype=f16",
+      std::string(base) + "in=bf16 qo=f32 cache=f16 table_dtype=f32",
+      // fp8 caches, both scale conventions, fp8 q_out with q_scale
+      std::string(base) + "cache=fp8_e4m3fn k_scale=0.37 scale_conv=divide",
+      std::string(base) + "cache=fp8_e4m3fnuz k_scale=0.37 scale_conv=reciprocal",
+      std::string(base) + "cache=fp8_e5m2 k_scale=3.5 qo=fp8_e5m2fnuz q_scale=0.11",
+      std::string(base) + "cache=fp8_e5m2fnuz k_scale=2 qo=fp8_e4m3fn q_scale=0.5 scale_conv=reciprocal",
+      // saturation: large amplitude into fp8 with a small scale
+      std::string(base) + "cache=fp8_e4m3fnuz qo=fp8_e4m3fn k_scale=0.01 q_scale=0.02 amp=300",
+      // padding slots, q computed or skipped; positions clamped
+      std::string(base) + "pad_slots=3 pad_at=spread pad_q=computed",
+      std::string(base) + "pad_slots=2 pad_at=head pad_q=skipped",
+      std::string(base) + "pos_oob=clamp positions=near_end",
+      // in place, i32 indices, head-major q, fused kv, odd row padding (scalar paths)
+      std::string(base) + "inplace_q=1 inplace_k=1 style=neox",
+      std::string(base) + "pos=i32 slot=i32",
+      std::string(base) + "q_layout=head_major kv_layout=fused",
+      std::string(base) + "row_pad=3 in=f16 qo=bf16",
+      // widths that leave a vector tail, odd Dr/2, block size 1, one head
+      "tq=4 ts=4 tk=4 h=1 dn=37 dr=6 p=9 bs=1 nb=5",
+      "tq=1 ts=2 tk=3 h=3 dn=13 dr=2 p=3 bs=3 nb=1 in=f32 cache=fp8_e4m3fn k_scale=0.7",
+      // Tq = Ts = 0: nothing written
+      "tq=0 ts=0 tk=2 h=2 dn=16 dr=4 p=8 bs=2 nb=1",
+      // a real model's shape and table
+      "tq=3 ts=3 tk=3 h=16 dn=512 dr=64 p=4096 bs=64 nb=1 rope_table=deepseek-v3",
+  };
+  for (const std::string& c : cases) check_passes(c);
+}
+
+TEST_CASE("sim vs reference: 300 random problems") {
+  int64_t failed = 0;
+  for (uint64_t i = 0; i < 300; ++i) {
+    const problem p = random_problem(2026, i, 24);
+    const sim_result r = run_and_compare(p);
+    if (r.report.outcome != case_outcome::passed && failed++ < 3) {
+      FAIL_CHECK(outcome_name(r.report.outcome) << ": " << p.to_repro() << "\n"
+                                                << format_case_report(r.report, true));
+    }
+  }
+  CHECK(failed == 0);
+}
+
+TEST_CASE("sim: validation runs before any write") {
+  problem p = parse_problem("tq=2 ts=2 tk=2 h=2 dn=16 dr=4 p=8 bs=2 nb=2");
+  case_data c = make_case(p);
+  c.args.k_scale = -1.0f;  // invalid: must throw, write nothing
+  case_data before = c.clone();
+  auto sim = make_sim_backend();
+  CHECK_THROWS_AS(sim->run_host(c.args, c.regions()), arg_error);
+  for (const auto& [name, buf] : c.buffers) {
+    const host_buffer& b = before.buffers.at(name);
+    CHECK_MESSAGE(std::memcmp(buf.data(), b.data(), buf.size_bytes()) == 0, name);
+  }
+}
