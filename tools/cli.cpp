@@ -1,15 +1,521 @@
-// Placeholder until the subcommands land (issue #2/#4).
+// `ropekv`: info, run, fuzz, report merge, golden write/check, bench.
 #include "tools/cli.h"
 
-#include <cstdio>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "core/case_data.h"
+#include "core/error.h"
+#include "core/golden.h"
+#include "core/op.h"
+#include "core/presets.h"
+#include "core/problem.h"
+#include "tools/backends_registry.h"
+#include "tools/fuzz.h"
+#include "tools/golden_io.h"
 
 namespace ropekv {
+
+double parse_duration_s(const std::string& text, const char* arg) {
+  if (text.empty()) throw arg_error(arg, "a duration like 60s, 5m, 1h or 90", "''");
+  double mult = 1;
+  std::string num = text;
+  switch (text.back()) {
+    case 's': mult = 1; num.pop_back(); break;
+    case 'm': mult = 60; num.pop_back(); break;
+    case 'h': mult = 3600; num.pop_back(); break;
+    default: break;
+  }
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != num.size() || num.empty() || !(v > 0)) {
+    throw arg_error(arg, "a positive duration like 60s, 5m, 1h or 90", "'" + text + "'");
+  }
+  return v * mult;
+}
+
+namespace {
+
+int64_t parse_count(const std::string& s, const char* arg, const std::string& text) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty() || v < 0) throw arg_error(arg, "K/N or auto/N with 0 <= K < N", "'" + text + "'");
+  return v;
+}
+
+}  // namespace
+
+void parse_shard(const std::string& text, int64_t* index, int64_t* count) {
+  auto slash = text.find('/');
+  if (slash == std::string::npos) throw arg_error("--shard", "K/N or auto/N with 0 <= K < N", "'" + text + "'");
+  std::string k = text.substr(0, slash), n = text.substr(slash + 1);
+  *count = parse_count(n, "--shard", text);
+  if (k == "auto") {
+    const char* slurm = std::getenv("SLURM_ARRAY_TASK_ID");
+    const char* k8s = std::getenv("JOB_COMPLETION_INDEX");
+    if (slurm) {
+      *index = parse_count(slurm, "--shard", std::string("SLURM_ARRAY_TASK_ID=") + slurm);
+      if (const char* lo = std::getenv("SLURM_ARRAY_TASK_MIN")) {
+        *index -= parse_count(lo, "--shard", std::string("SLURM_ARRAY_TASK_MIN=") + lo);
+      }
+    } else if (k8s) {
+      *index = parse_count(k8s, "--shard", std::string("JOB_COMPLETION_INDEX=") + k8s);
+    } else {
+      throw arg_error("--shard", "SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX set for auto/N",
+                      "neither is set");
+    }
+  } else {
+    *index = parse_count(k, "--shard", text);
+  }
+  if (*count < 1 || *index >= *count) {
+    throw arg_error("--shard", "K/N or auto/N with 0 <= K < N", fmt::format("{}/{}", *index, *count));
+  }
+}
+
+namespace {
+
+const char* const main_footer = R"(Examples:
+  ropekv info                                   what is compiled in, which devices are seen
+  ropekv run --preset deepseek-v3 --tokens 32   run the reference once, print what it wrote
+  ropekv fuzz --backends ref,sim --time 60s     differential fuzzing, shrunk repro per failure
+  ropekv fuzz --backends ref,sim --repro 'tq=3 ts=3 tk=3 h=1 ...'    replay one case
+  ropekv golden write --preset kimi-k2 --tokens 4 --out kimi.safetensors
+  ropekv golden check kimi.safetensors --backend sim
+
+Exit codes: 0 ok, 1 test failures (FAILED or ERRORED cases), 2 bad usage or input.
+The op contract: core/SPEC.md. Reading a report: docs/fuzz.md.)";
+
+const char* const fuzz_footer = R"(Each case i is random_problem(seed, i): inputs, strides, layouts and options all derive
+from (seed, i), so a printed repro replays the case exactly. A failing case is shrunk
+(fewer tokens, heads, blocks; smaller dn/dr; no padding) and the shrunk repro printed.
+The last stdout line is always "N passed, N failed" (", N skipped" when any).
+
+Examples:
+  ropekv fuzz --backends ref,sim --cases 2000 --seed 7
+  ropekv fuzz --time 10m --max-tokens 64 --json report.json --dump failures/
+  ropekv fuzz --shard auto/16 --cases 100000 --json shard-$SLURM_ARRAY_TASK_ID.json
+  ropekv report merge shard-*.json --json all.json
+  ropekv fuzz --backends ref,hip --max-ulp 0 --strict --repro 'tq=1 ts=1 tk=1 h=8'
+
+Rope elements pass when ulp <= --max-ulp, else when |got - ref| <= max_ulp * ulp(ref)
++ 2^-22 * (|x*C| + |R(x)*S|) / scale (the fp32 allowance; --strict drops it). Every
+other byte (nope parts, untouched cache, padding, guards, inputs) must be bit-exact.)";
+
+const char* const golden_footer = R"(Examples:
+  ropekv golden write --preset deepseek-v3 --tokens 8 --out dsv3.safetensors
+  ropekv golden write --repro 'tq=2 ts=3 tk=3 h=4 cache=fp8_e4m3fn' --out case.safetensors
+  ropekv golden write --random 12 --seed 3 --max-tokens 16 --out goldens/
+  ropekv golden write --preset kimi-k2 --format npy --out kimi_case/
+  ropekv golden check dsv3.safetensors --backend sim
+File format: docs/golden-format.md.)";
+
+struct cli_state {
+  std::ostream& out;
+  std::ostream& err;
+  bool tty;
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t c = s.find(',', start);
+    parts.push_back(s.substr(start, c == std::string::npos ? std::string::npos : c - start));
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return parts;
+}
+
+int cmd_info(cli_state& st) {
+  st.out << fmt::format("ropekv {} (commit {})\n", ROPEKV_VERSION, ROPEKV_GIT_COMMIT);
+  st.out << fmt::format("contract version: {} (core/SPEC.md)\n", contract_version);
+  std::vector<std::string> names = compiled_backend_names();
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  st.out << "backends compiled in: " << list << "\n";
+  st.out << "devices seen:\n";
+  for (const auto& n : names) {
+    std::string desc;
+    try {
+      desc = find_backend(n)()->device_description();
+    } catch (const std::exception& e) {
+      desc = std::string("unavailable: ") + e.what();
+    }
+    st.out << fmt::format("  {:<5} {}\n", n, desc.empty() ? "(host)" : desc);
+  }
+  return 0;
+}
+
+problem problem_from(const std::string& preset, int64_t tokens, const std::string& repro, uint64_t seed,
+                     const char* cmd) {
+  if (!preset.empty() && !repro.empty()) throw arg_error(cmd, "one of --preset or --repro", "both");
+  if (!repro.empty()) return parse_problem(repro);
+  if (preset.empty()) throw arg_error(cmd, "--preset NAME or --repro '...'", "neither");
+  problem p = preset_problem(preset, tokens, seed);
+  check_problem(p);
+  return p;
+}
+
+struct run_opts {
+  std::string preset, repro, backend = "ref";
+  int64_t tokens = 32;
+  uint64_t seed = 1;
+};
+
+int cmd_run(cli_state& st, const run_opts& o) {
+  problem p = problem_from(o.preset, o.tokens, o.repro, o.seed, "run");
+  std::string bname = canonical_backend_name(o.backend);
+  std::unique_ptr<backend> be = find_backend(bname)();
+  case_data c = make_case(p);
+  std::string why = be->unsupported_reason(c.args);
+  if (!why.empty()) throw arg_error("--backend", "a backend that supports this case", bname + ": " + why);
+  auto t0 = std::chrono::steady_clock::now();
+  be->run_host(c.args, c.regions());
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // What the op wrote, from the problem's own counts (core/SPEC.md "Outputs").
+  int64_t pads = p.pad_slots, written_slots = p.ts - pads;
+  int64_t q_rows = p.tq;
+  if (p.opt.padding == pad_q::skipped) {
+    // Padding tokens with t < Tq keep their q_out row.
+    const tensor_view& sm = c.args.slot_mapping;
+    q_rows = 0;
+    for (int64_t t = 0; t < p.tq; ++t) {
+      int64_t s = sm.type == dtype::i32 ? static_cast<const int32_t*>(sm.data)[t * sm.strides_elems[0]]
+                                        : static_cast<const int64_t*>(sm.data)[t * sm.strides_elems[0]];
+      if (s >= 0) ++q_rows;
+    }
+  }
+  int64_t row = p.dn + p.dr;
+  int64_t q_bytes = q_rows * p.heads * row * static_cast<int64_t>(dtype_size_bytes(p.q_out_dtype));
+  int64_t cache_bytes = written_slots * row * static_cast<int64_t>(dtype_size_bytes(p.cache_dtype));
+  st.out << fmt::format("ropekv run: backend {}{}\n", bname,
+                        o.preset.empty() ? std::string() : ", preset " + o.preset);
+  st.out << fmt::format("  tokens: Tq={} Ts={} Tk={} ({} padding slots), heads {}, dn {}, dr {}\n", p.tq,
+                        p.ts, p.tk, pads, p.heads, p.dn, p.dr);
+  st.out << fmt::format("  q_out written: {} rows x {} heads, {} bytes ({})\n", q_rows, p.heads, q_bytes,
+                        dtype_name(p.q_out_dtype));
+  st.out << fmt::format("  cache written: {} entries, {} bytes ({}, layout {}, {} blocks of {})\n",
+                        written_slots, cache_bytes, dtype_name(p.cache_dtype), to_string(p.opt.layout),
+                        p.num_blocks, p.block_size);
+  st.out << fmt::format("  time: {:.3f} ms (one call, host clock{})\n", ms,
+                        be->last_variant().empty() ? std::string() : ", variant " + be->last_variant());
+  st.out << fmt::format("  repro: ropekv run --backend {} --repro '{}'\n", bname, p.to_repro());
+  return 0;
+}
+
+struct fuzz_cli_opts {
+  std::string backends, time, repro, dump, json, shard;
+  int64_t cases = -1;
+  uint64_t seed = 1;
+  int64_t max_tokens = 256;
+  int64_t max_ulp = 1;
+  bool strict = false, no_shrink = false;
+  std::string shrink_time = "30s";
+};
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  if (!f) throw arg_error("--json", "a writable file", "'" + path + "'");
+  f << j.dump(2) << "\n";
+  if (!f) throw arg_error("--json", "a writable file", "'" + path + "' (write failed)");
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw arg_error("report", "a readable JSON file", "'" + path + "'");
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw arg_error("report", "valid JSON", "'" + path + "' (" + e.what() + ")");
+  }
+}
+
+int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
+  fuzz_options f;
+  std::vector<std::string> names = o.backends.empty()
+                                       ? std::vector<std::string>{"ref", default_other_backend()}
+                                       : split_commas(o.backends);
+  if (names.size() != 2) throw arg_error("--backends", "two names A,B (e.g. ref,sim)", "'" + o.backends + "'");
+  f.backend_a = canonical_backend_name(names[0]);
+  f.backend_b = canonical_backend_name(names[1]);
+  f.seed = o.seed;
+  if (o.max_tokens < 1 || o.max_tokens > 4096) {
+    throw arg_error("--max-tokens", "1..4096", std::to_string(o.max_tokens));
+  }
+  f.max_tokens = o.max_tokens;
+  if (o.max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(o.max_ulp));
+  f.cmp.max_ulp = o.max_ulp;
+  f.cmp.strict = o.strict;
+  f.shrink = !o.no_shrink;
+  f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
+  if (!o.repro.empty()) f.repro = parse_problem(o.repro);
+  if (o.cases < -1) throw arg_error("--cases", ">= 0", std::to_string(o.cases));
+  f.cases = o.cases;
+  if (!o.time.empty()) f.time_limit_s = parse_duration_s(o.time, "--time");
+  if (f.cases < 0 && f.time_limit_s == 0) f.cases = 1000;
+  if (!o.shard.empty()) parse_shard(o.shard, &f.shard_index, &f.shard_count);
+  f.dump_dir = o.dump;
+  if (!o.json.empty()) {  // fail before the campaign, not after it
+    std::ofstream probe(o.json, std::ios::app);
+    if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
+  }
+  fuzz_summary s = run_fuzz(f, st.out, st.tty);
+  if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
+  return (s.counts.failed + s.counts.errored) > 0 ? 1 : 0;
+}
+
+int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const std::string& json) {
+  std::vector<nlohmann::json> reports;
+  for (const auto& f : files) reports.push_back(read_json(f));
+  nlohmann::json merged = merge_reports(reports);
+  if (!json.empty()) write_json(json, merged);
+  fuzz_counts c = counts_of_report(merged);
+  st.out << fmt::format("merged {} report(s), {} shard(s)\n", reports.size(), merged.at("shards").size());
+  for (const auto& cs : merged.at("cases")) {
+    if (cs.at("outcome") == "SKIPPED") continue;
+    st.out << fmt::format("case {}: {} {}\n", cs.at("index").get<int64_t>(), cs.at("outcome").get<std::string>(),
+                          cs.at("message").get<std::string>());
+    st.out << "  replay: " << cs.at("replay").get<std::string>() << "\n";
+  }
+  if (c.errored) st.out << fmt::format("{} errored (counted as failed below)\n", c.errored);
+  st.out << summary_line(c) << "\n";
+  return (c.failed + c.errored) > 0 ? 1 : 0;
+}
+
+struct golden_write_opts {
+  std::string preset, repro, out, format = "safetensors";
+  int64_t tokens = 4;
+  int64_t random = 0;
+  uint64_t seed = 1;
+  int64_t max_tokens = 16;
+};
+
+void write_one_golden(const problem& p, const std::string& path, const std::string& format) {
+  case_data before = make_case(p);
+  case_data after = before.clone();
+  std::unique_ptr<backend> ref = find_backend("ref")();
+  ref->run_host(after.args, after.regions());
+  if (format == "safetensors") {
+    std::filesystem::path fp(path);
+    if (fp.has_parent_path()) std::filesystem::create_directories(fp.parent_path());
+    write_golden(path, before, after);
+  } else {
+    write_golden_npy(path, before, after);
+  }
+}
+
+int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
+  if (o.format != "safetensors" && o.format != "npy") {
+    throw arg_error("--format", "safetensors or npy", "'" + o.format + "'");
+  }
+  int sources = !o.preset.empty() + !o.repro.empty() + (o.random > 0);
+  if (sources != 1) throw arg_error("golden write", "exactly one of --preset, --repro, --random N", fmt::format("{} given", sources));
+  if (o.random > 0) {
+    std::filesystem::create_directories(o.out);
+    for (int64_t i = 0; i < o.random; ++i) {
+      problem p = random_problem(o.seed, static_cast<uint64_t>(i), o.max_tokens);
+      std::string path = fmt::format("{}/case-{:04}{}", o.out, i, o.format == "npy" ? "" : ".safetensors");
+      write_one_golden(p, path, o.format);
+      st.out << fmt::format("wrote {}: {}\n", path, p.to_repro());
+    }
+    return 0;
+  }
+  problem p = problem_from(o.preset, o.tokens, o.repro, o.seed, "golden write");
+  write_one_golden(p, o.out, o.format);
+  st.out << fmt::format("wrote {}: {}\n", o.out, p.to_repro());
+  return 0;
+}
+
+int cmd_golden_check(cli_state& st, const std::string& file, const std::string& backend_name,
+                     int64_t max_ulp, bool strict, const std::string& json) {
+  compare_options cmp;
+  if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
+  cmp.max_ulp = max_ulp;
+  cmp.strict = strict;
+  std::string bname = canonical_backend_name(backend_name);
+  std::unique_ptr<backend> be = find_backend(bname)();
+  case_record rec = check_golden_file(file, *be, cmp);
+  rec.replay = fmt::format("ropekv golden check {} --backend {}", file, bname);
+  st.out << format_case_report(rec.report, true) << "\n";
+  fuzz_counts c;
+  switch (rec.report.outcome) {
+    case case_outcome::passed: c.passed = 1; break;
+    case case_outcome::failed: c.failed = 1; break;
+    case case_outcome::errored: c.errored = 1; break;
+    case case_outcome::skipped: c.skipped = 1; break;
+    case case_outcome::mistrusted: c.mistrusted = 1; break;
+    default: throw error("golden check: bad outcome");
+  }
+  if (!json.empty()) {
+    nlohmann::json j = case_record_json(rec);
+    j["file"] = file;
+    j["backend"] = bname;
+    write_json(json, j);
+  }
+  st.out << summary_line(c) << "\n";
+  return (c.failed + c.errored) > 0 ? 1 : 0;
+}
+
+int run_cli(const std::vector<std::string>& args, cli_state& st) {
+  CLI::App app{"ropekv: the fused MLA op (RoPE + paged KV-cache write + q concat), its CPU reference,\n"
+               "differential fuzzing of GPU kernels against it, and golden data.",
+               "ropekv"};
+  app.footer(main_footer);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(ROPEKV_VERSION) + " (commit " + ROPEKV_GIT_COMMIT + ")");
+
+  auto* info = app.add_subcommand("info", "Version, commit, contract version, backends compiled in, devices");
+
+  run_opts ro;
+  auto* run = app.add_subcommand("run", "Build one case and run one backend once; print what it wrote");
+  run->add_option("--preset", ro.preset, "Model preset: deepseek-v3, deepseek-v3-tp8, kimi-k2, kimi-k2-tp8, deepseek-v2-lite");
+  run->add_option("--tokens", ro.tokens, "Decode tokens (Tq = Ts = Tk)")->capture_default_str();
+  run->add_option("--repro", ro.repro, "A repro string (docs/golden-format.md), instead of --preset");
+  run->add_option("--backend", ro.backend, "ref (alias cpu), sim, or hip when compiled in")->capture_default_str();
+  run->add_option("--seed", ro.seed, "Data seed for --preset")->capture_default_str();
+  run->footer("Examples:\n  ropekv run --preset deepseek-v3 --tokens 32\n  ropekv run --preset kimi-k2 --tokens 256 --backend sim\n"
+              "  ropekv run --repro 'tq=4 ts=4 tk=4 h=16 cache=fp8_e4m3fn k_scale=0.5'");
+
+  fuzz_cli_opts fo;
+  auto* fuzz = app.add_subcommand("fuzz", "Differential fuzzing: two backends on the same random cases");
+  fuzz->add_option("--backends", fo.backends, "A,B: reference and tested backend (default: ref and the best other compiled in, hip > sim)");
+  fuzz->add_option("--cases", fo.cases, "Number of cases in the stream (default 1000 unless --time)");
+  fuzz->add_option("--time", fo.time, "Stop after this long: 60s, 10m, 1h");
+  fuzz->add_option("--seed", fo.seed, "Campaign seed; case i is random_problem(seed, i)")->capture_default_str();
+  fuzz->add_option("--max-tokens", fo.max_tokens, "Upper bound on Tq/Ts/Tk of random cases (<= 4096)")->capture_default_str();
+  fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->capture_default_str();
+  fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
+  fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
+  fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");
+  fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
+  fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder");
+  fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)");
+  fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX");
+  fuzz->footer(fuzz_footer);
+
+  auto* report = app.add_subcommand("report", "Work with JSON fuzz reports");
+  report->require_subcommand(1);
+  std::vector<std::string> merge_files;
+  std::string merge_json;
+  auto* merge = report->add_subcommand("merge", "Combine shard reports of one campaign");
+  merge->add_option("reports", merge_files, "Shard reports (fuzz --json)")->required()->check(CLI::ExistingFile);
+  merge->add_option("--json", merge_json, "Write the merged report here");
+  merge->footer("Example:\n  ropekv report merge shard-0.json shard-1.json --json all.json");
+
+  auto* golden = app.add_subcommand("golden", "Write golden cases, or check a backend against one");
+  golden->require_subcommand(1);
+  golden->footer(golden_footer);
+  golden_write_opts gw;
+  auto* gwrite = golden->add_subcommand("write", "Run the reference and write a golden case");
+  gwrite->add_option("--preset", gw.preset, "Model preset");
+  gwrite->add_option("--tokens", gw.tokens, "Tokens for --preset")->capture_default_str();
+  gwrite->add_option("--repro", gw.repro, "A repro string");
+  gwrite->add_option("--random", gw.random, "Write N random cases into the folder --out");
+  gwrite->add_option("--seed", gw.seed, "Seed for --random / --preset data")->capture_default_str();
+  gwrite->add_option("--max-tokens", gw.max_tokens, "Token bound for --random")->capture_default_str();
+  gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->required();
+  gwrite->add_option("--format", gw.format, "safetensors or npy")->capture_default_str();
+  gwrite->footer(golden_footer);
+  std::string gc_file, gc_backend = "ref", gc_json;
+  int64_t gc_max_ulp = 1;
+  bool gc_strict = false;
+  auto* gcheck = golden->add_subcommand("check", "Run a backend on a golden file's inputs and compare");
+  gcheck->add_option("file", gc_file, "Golden file (.safetensors)")->required();
+  gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
+  gcheck->add_option("--max-ulp", gc_max_ulp, "Rope ULP tolerance")->capture_default_str();
+  gcheck->add_flag("--strict", gc_strict, "Drop the fp32-evaluation allowance");
+  gcheck->add_option("--json", gc_json, "Write the case report as JSON");
+  gcheck->footer(golden_footer);
+
+  auto* bench = app.add_subcommand("bench", "Timing (issue #6): not yet implemented");
+  bench->allow_extras();
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, st.out, st.err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, st.out, st.err);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e, st.out, st.err);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    st.err << "ropekv: error: " << msg << " (see ropekv --help)\n";
+    return 2;
+  }
+
+  if (*info) return cmd_info(st);
+  if (*run) return cmd_run(st, ro);
+  if (*fuzz) return cmd_fuzz(st, fo);
+  if (*merge) return cmd_report_merge(st, merge_files, merge_json);
+  if (*gwrite) return cmd_golden_write(st, gw);
+  if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_max_ulp, gc_strict, gc_json);
+  if (*bench) {
+    st.err << "ropekv: error: bench is not implemented yet (issue #6)\n";
+    return 2;
+  }
+  st.err << "ropekv: error: no subcommand (see ropekv --help)\n";
+  return 2;
+}
+
+}  // namespace
+
+int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  cli_state st{out, err, false};
+  try {
+    return run_cli(args, st);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    out << std::flush;
+    err << "ropekv: error: " << msg << "\n";
+    return 2;
+  }
+}
+
+int cli_main(const std::vector<std::string>& args) {
+  cli_state st{std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
+  try {
+    return run_cli(args, st);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    std::cout << std::flush;
+    std::cerr << "ropekv: error: " << msg << "\n";
+    return 2;
+  }
+}
+
 int cli_main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   return cli_main(args);
 }
-int cli_main(const std::vector<std::string>& args) {
-  std::fprintf(stderr, "ropekv: not built yet\n");
-  return 2;
-}
+
 }  // namespace ropekv

@@ -1,0 +1,93 @@
+#include "tools/backends_registry.h"
+
+#include <map>
+#include <mutex>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/sim/sim_backend.h"
+#include "core/error.h"
+#if ROPEKV_HAVE_HIP
+#include "backends/hip/hip_backend.h"
+#endif
+
+namespace ropekv {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, backend_factory>& test_backends() {
+  static std::map<std::string, backend_factory> m;
+  return m;
+}
+
+std::string compiled_list() {
+  std::string s;
+  for (const std::string& n : compiled_backend_names()) {
+    s += (s.empty() ? "" : ", ") + n;
+    if (n == "ref") s += " (alias cpu)";
+  }
+  return "one of " + s;
+}
+
+}  // namespace
+
+std::vector<std::string> compiled_backend_names() {
+  std::vector<std::string> names = {"ref", "sim"};
+#if ROPEKV_HAVE_HIP
+  names.push_back("hip");
+#endif
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  for (const auto& [name, f] : test_backends()) names.push_back(name);
+  return names;
+}
+
+std::string canonical_backend_name(std::string_view name) {
+  if (name == "cpu" || name == "ref") return "ref";
+  if (name == "sim") return "sim";
+  if (name == "hip") {
+#if ROPEKV_HAVE_HIP
+    return "hip";
+#else
+    throw arg_error("backend", compiled_list(),
+                    "'hip', which is not compiled in (configure with -DROPEKV_GPU=nvidia or amd)");
+#endif
+  }
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    if (test_backends().count(std::string(name))) return std::string(name);
+  }
+  throw arg_error("backend", compiled_list(), "'" + std::string(name) + "'");
+}
+
+backend_factory find_backend(std::string_view name) {
+  std::string canon = canonical_backend_name(name);
+  if (canon == "ref") return [] { return make_cpu_backend(); };
+  if (canon == "sim") return [] { return make_sim_backend(); };
+#if ROPEKV_HAVE_HIP
+  if (canon == "hip") return [] { return make_hip_backend(); };
+#endif
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  return test_backends().at(canon);
+}
+
+std::string default_other_backend() {
+#if ROPEKV_HAVE_HIP
+  return "hip";
+#else
+  return "sim";
+#endif
+}
+
+void register_test_backend(const std::string& name, backend_factory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  test_backends()[name] = std::move(factory);
+}
+
+void unregister_test_backend(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  test_backends().erase(name);
+}
+
+}  // namespace ropekv

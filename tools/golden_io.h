@@ -1,0 +1,21 @@
+// Golden files from the tools' side: failure dumps of `fuzz --dump` and `golden check`.
+#pragma once
+#include <string>
+
+#include "core/case_data.h"
+#include "tools/fuzz.h"
+
+namespace ropekv {
+
+// Writes one failing case as a golden file (docs/golden-format.md): inputs, `.initial`,
+// `.expected` (run a, the reference) and the tested run's outputs as `<output>.got`; metadata
+// `backend_a`, `backend_b`. Creates the parent folder.
+void write_failure_dump(const std::string& path, const case_data& initial, const case_data& a,
+                        const case_data& b, const std::string& backend_a,
+                        const std::string& backend_b);
+
+// Runs backend `b` on the golden file's inputs and compares with its expected outputs (the
+// file's run plays run a). Throws arg_error for an unreadable or inconsistent file.
+case_record check_golden_file(const std::string& path, backend& b, const compare_options& cmp);
+
+}  // namespace ropekv
