@@ -228,6 +228,7 @@ struct fuzz_cli_opts {
   uint64_t seed = 1;
   int64_t max_tokens = 256;
   int64_t max_ulp = 1;
+  int64_t max_failures = 0;
   bool strict = false, no_shrink = false;
   std::string shrink_time = "30s";
 };
@@ -274,6 +275,8 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   if (f.cases < 0 && f.time_limit_s == 0) f.cases = 1000;
   if (!o.shard.empty()) parse_shard(o.shard, &f.shard_index, &f.shard_count);
   f.dump_dir = o.dump;
+  if (o.max_failures < 0) throw arg_error("--max-failures", ">= 0", std::to_string(o.max_failures));
+  f.max_failures = o.max_failures;
   if (!o.json.empty()) {  // fail before the campaign, not after it
     std::ofstream probe(o.json, std::ios::app);
     if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
@@ -405,6 +408,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->capture_default_str();
   fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
   fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
+  fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");
   fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
   fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder");

@@ -265,6 +265,11 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
       }
       if (static_cast<int64_t>(s.notable.size()) < opt.max_reported) s.notable.push_back(std::move(rec));
     }
+    if (opt.max_failures > 0 && s.counts.failed + s.counts.errored >= opt.max_failures) {
+      clear_progress();
+      out << fmt::format("stopping after {} failure(s) (--max-failures)\n", opt.max_failures);
+      break;
+    }
     // Progress.
     const double el = seconds_since(t0);
     if (tty) {

@@ -32,6 +32,7 @@ struct fuzz_options {
   bool shrink = true;
   double shrink_time_s = 30;           // per failing case
   int64_t max_reported = 50;           // non-passed cases kept in the report (counts are exact)
+  int64_t max_failures = 0;            // stop after this many FAILED/ERRORED cases (0: never)
 };
 
 struct case_record {
