@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -35,13 +36,112 @@ int64_t load_index(const tensor_view& v, int64_t i) {
   }
 }
 
-// Decodes n contiguous elements of float dtype t at p into fp32 (exact: f16/bf16 upcast).
-void decode_row(dtype t, const uint8_t* p, int64_t n, float* out) {
-  const int64_t es = static_cast<int64_t>(dtype_size_bytes(t));
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = decode_to_f32(t, static_cast<uint32_t>(load_bits(t, p + i * es)));
+// fp32 value of every bit pattern of a 16-bit float dtype (f16, bf16), built once through
+// core/convert.h: decoding a row is then a table lookup per element.
+const std::vector<float>& decode_table_16(dtype t) {
+  auto build = [](dtype type) {
+    std::vector<float> table(65536);
+    for (uint32_t b = 0; b < 65536; ++b) table[b] = decode_to_f32(type, b);
+    return table;
+  };
+  static const std::vector<float> f16_table = build(dtype::f16);
+  static const std::vector<float> bf16_table = build(dtype::bf16);
+  switch (t) {
+    case dtype::f16: return f16_table;
+    case dtype::bf16: return bf16_table;
+    default: throw error(fmt::format("reference: no 16-bit decode table for {}", dtype_name(t)));
   }
 }
+
+// Decodes n contiguous elements of float dtype t at p into fp32 (exact: f16/bf16 upcast).
+void decode_row(dtype t, const uint8_t* p, int64_t n, float* out) {
+  switch (t) {
+    case dtype::f32:
+      std::memcpy(out, p, static_cast<size_t>(n) * sizeof(float));  // decode_to_f32(f32) is the bits
+      return;
+    case dtype::f16:
+    case dtype::bf16: {
+      const float* table = decode_table_16(t).data();
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, p + 2 * i, 2);
+        out[i] = table[bits];
+      }
+      return;
+    }
+    default: {
+      const int64_t es = static_cast<int64_t>(dtype_size_bytes(t));
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] = decode_to_f32(t, static_cast<uint32_t>(load_bits(t, p + i * es)));
+      }
+    }
+  }
+}
+
+// Writes n element codes (bit patterns in the low bits) into a contiguous row of dtype t.
+void store_row(dtype t, uint8_t* p, const uint32_t* codes, int64_t n) {
+  switch (dtype_size_bytes(t)) {
+    case 1:
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(codes[i]);
+      return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t c = static_cast<uint16_t>(codes[i]);
+        std::memcpy(p + 2 * i, &c, 2);
+      }
+      return;
+    case 4: std::memcpy(p, codes, static_cast<size_t>(n) * 4); return;
+    default:
+      throw error(fmt::format("reference: bad output element size of {}", dtype_name(t)));
+  }
+}
+
+// True when finite, non-zero f lies exactly halfway between two neighbours of the (coarser than
+// f32) format ff. Rounding v -> fp32 -> ff equals rounding v -> ff unless fp32(v) is such a
+// midpoint: every midpoint of f16 / bf16 is an fp32 value, so the fp32 rounding cannot cross one.
+bool is_midpoint_of(const float_format& ff, float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const int biased = static_cast<int>((u >> 23) & 0xffu);
+  uint32_t m = u & 0x7fffffu;
+  int quantum_exp_f32 = -149, lead_exp = 0;
+  if (biased == 0) {
+    if (m == 0) return false;
+    lead_exp = -149 + 31 - __builtin_clz(m);
+  } else {
+    m |= 0x800000u;
+    quantum_exp_f32 = biased - 150;
+    lead_exp = biased - 127;
+  }
+  const int min_exp = 1 - ff.bias;
+  const int quantum_exp = std::max(lead_exp, min_exp) - ff.man_bits;
+  const int k = quantum_exp - 1 - quantum_exp_f32;  // bit of m worth half a quantum of ff
+  if (k < 0 || k > 24) return false;
+  const uint64_t mask = (uint64_t{2} << k) - 1;
+  return (m & mask) == (uint64_t{1} << k);
+}
+
+}  // namespace
+
+uint32_t reference_round_f64(dtype t, double v) {
+  switch (t) {
+    case dtype::f32:
+    case dtype::f16:
+    case dtype::bf16: break;
+    default: return encode_from_f64(t, v, dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee);
+  }
+  if (std::isnan(v)) return encode_from_f64(t, v, overflow_mode::ieee);  // canonical NaN
+  const float f = static_cast<float>(v);  // IEEE round to nearest even: one rounding
+  if (t == dtype::f32) return encode_from_f32(t, f, overflow_mode::ieee);
+  if (static_cast<double>(f) == v || !is_midpoint_of(float_format_of(t), f)) {
+    return encode_from_f32(t, f, overflow_mode::ieee);  // the same rounding as from v
+  }
+  return encode_from_f64(t, v, overflow_mode::ieee);  // fp32(v) is a midpoint: round v itself
+}
+
+namespace {
+
+uint32_t round_f64_fast(dtype t, double v) { return reference_round_f64(t, v); }
 
 // How one output (q_out or the cache) rounds its values.
 struct output_rule {
@@ -70,7 +170,7 @@ struct output_rule {
   // Rope element: v is the exact x*C + R(x)*S (a double fma of exact products); scaled in
   // double for fp8, then rounded once.
   uint32_t encode_rope(double v) const {
-    if (!fp8) return encode_from_f64(type, v, overflow);
+    if (!fp8) return round_f64_fast(type, v);
     switch (conv) {
       case scale_conv::divide: return encode_from_f64(type, v / static_cast<double>(scale), overflow);
       case scale_conv::reciprocal:
@@ -99,9 +199,40 @@ void rope_row(rope_style style, int64_t dr, const float* x, const float* cos_row
   }
 }
 
-void store(const tensor_view& v, int64_t offset_elems, uint32_t bits) {
-  store_bits(v.type, byte_ptr(v, offset_elems), bits);
+// The data-movement codes of every bit pattern of a 16-bit input dtype for one output rule:
+// round(fp32(x)) (or its fp8 scaled form) depends only on x's bits, so a large call computes
+// each of the 65536 codes once (through core/convert.h, exactly as the per-element path).
+std::vector<uint32_t> nope_table_16(dtype in, const output_rule& rule) {
+  const float* decoded = decode_table_16(in).data();
+  std::vector<uint32_t> table(65536);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < 65536; ++b) table[static_cast<size_t>(b)] = rule.encode_nope(decoded[b]);
+  return table;
 }
+
+// Encodes one nope row (n input elements of dtype `in` at src) into codes[n].
+struct nope_encoder {
+  dtype in;
+  const output_rule* rule;
+  std::vector<uint32_t> table;  // empty: per-element path
+
+  nope_encoder(dtype in_type, const output_rule& r, int64_t elements) : in(in_type), rule(&r) {
+    const bool is16 = in_type == dtype::f16 || in_type == dtype::bf16;
+    if (is16 && elements >= 4 * 65536) table = nope_table_16(in_type, r);
+  }
+  void encode(const uint8_t* src, int64_t n, float* scratch, uint32_t* codes) const {
+    if (!table.empty()) {
+      for (int64_t d = 0; d < n; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * d, 2);
+        codes[d] = table[bits];
+      }
+      return;
+    }
+    decode_row(in, src, n, scratch);
+    for (int64_t d = 0; d < n; ++d) codes[d] = rule->encode_nope(scratch[d]);
+  }
+};
 
 }  // namespace
 
@@ -121,6 +252,10 @@ void reference_run(const op_args& args) {
   const bool table_one = args.table() == table_kind::one;
   const int64_t half = sz.dr / 2;
   const int64_t ts = sz.ts;
+  if (ts == 0) return;  // Tq <= Ts: nothing to write
+
+  const nope_encoder q_nope_enc(args.q_nope.type, q_rule, sz.tq * sz.heads * sz.dn);
+  const nope_encoder k_nope_enc(args.kv_c.type, k_rule, sz.ts * sz.dn);
 
   // Reads the cos and sin halves of table row p.
   auto load_table_row = [&](int64_t p, float* cos_row, float* sin_row) {
@@ -138,8 +273,9 @@ void reference_run(const op_args& args) {
 #pragma omp parallel
   {
     std::vector<float> cos_row(static_cast<size_t>(half)), sin_row(static_cast<size_t>(half));
-    std::vector<float> x(static_cast<size_t>(sz.dr)), nope(static_cast<size_t>(sz.dn));
+    std::vector<float> x(static_cast<size_t>(sz.dr)), scratch(static_cast<size_t>(sz.dn));
     std::vector<double> rot(static_cast<size_t>(sz.dr));
+    std::vector<uint32_t> nope_codes(static_cast<size_t>(sz.dn)), rope_codes(static_cast<size_t>(sz.dr));
 
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < ts; ++t) {
@@ -160,16 +296,14 @@ void reference_run(const op_args& args) {
           rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
 
           const int64_t nope_off = t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1];
-          decode_row(args.q_nope.type, byte_ptr(args.q_nope, nope_off), sz.dn, nope.data());
+          q_nope_enc.encode(byte_ptr(args.q_nope, nope_off), sz.dn, scratch.data(), nope_codes.data());
           const int64_t out_off = t * args.q_out.strides_elems[0] + h * args.q_out.strides_elems[1];
-          for (int64_t d = 0; d < sz.dn; ++d) store(args.q_out, out_off + d, q_rule.encode_nope(nope[d]));
-          for (int64_t j = 0; j < sz.dr; ++j) {
-            store(args.q_out, out_off + sz.dn + j, q_rule.encode_rope(rot[j]));
-          }
+          store_row(args.q_out.type, byte_ptr(args.q_out, out_off), nope_codes.data(), sz.dn);
+          for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = q_rule.encode_rope(rot[j]);
+          store_row(args.q_out.type, byte_ptr(args.q_out, out_off + sz.dn), rope_codes.data(), sz.dr);
           if (opt.inplace_q) {
-            for (int64_t j = 0; j < sz.dr; ++j) {
-              store(args.q_pe, pe_off + j, encode_from_f64(args.q_pe.type, rot[j], overflow_mode::ieee));
-            }
+            for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = reference_round_f64(args.q_pe.type, rot[j]);
+            store_row(args.q_pe.type, byte_ptr(args.q_pe, pe_off), rope_codes.data(), sz.dr);
           }
         }
       }
@@ -178,17 +312,15 @@ void reference_run(const op_args& args) {
         const int64_t kpe_off = t * args.k_pe.strides_elems[0];
         decode_row(args.k_pe.type, byte_ptr(args.k_pe, kpe_off), sz.dr, x.data());
         rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
-        decode_row(args.kv_c.type, byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]), sz.dn, nope.data());
-        for (int64_t d = 0; d < sz.dn; ++d) {
-          store(nope_cache, map.nope_offset_elems(slot, d), k_rule.encode_nope(nope[d]));
-        }
-        for (int64_t j = 0; j < sz.dr; ++j) {
-          store(rope_cache, map.rope_offset_elems(slot, j), k_rule.encode_rope(rot[j]));
-        }
+        k_nope_enc.encode(byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]), sz.dn, scratch.data(),
+                          nope_codes.data());
+        // features of one part are contiguous in the cache (innermost stride 1)
+        store_row(nope_cache.type, byte_ptr(nope_cache, map.nope_offset_elems(slot, 0)), nope_codes.data(), sz.dn);
+        for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = k_rule.encode_rope(rot[j]);
+        store_row(rope_cache.type, byte_ptr(rope_cache, map.rope_offset_elems(slot, 0)), rope_codes.data(), sz.dr);
         if (opt.inplace_k) {
-          for (int64_t j = 0; j < sz.dr; ++j) {
-            store(args.k_pe, kpe_off + j, encode_from_f64(args.k_pe.type, rot[j], overflow_mode::ieee));
-          }
+          for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = reference_round_f64(args.k_pe.type, rot[j]);
+          store_row(args.k_pe.type, byte_ptr(args.k_pe, kpe_off), rope_codes.data(), sz.dr);
         }
       }
     }

@@ -1,6 +1,7 @@
 // The reference backend: Eigen + OpenMP, plain and obviously right. Implements core/SPEC.md
 // literally; it is the oracle every other backend is judged by and the source of golden data.
 #pragma once
+#include <cstdint>
 #include <memory>
 
 #include "core/backend.h"
@@ -11,5 +12,11 @@ std::unique_ptr<backend> make_cpu_backend();
 
 // Runs the reference on host views (validates first; a failed call writes nothing).
 void reference_run(const op_args& args);
+
+// Rounds v once into float dtype t (nearest even; saturating for fp8, ieee otherwise): the
+// value encode_from_f64 gives, on a faster path for f32/f16/bf16 (fp32(v), re-rounded from v
+// only where fp32(v) is a midpoint of t). Exposed so tests can check it against
+// encode_from_f64.
+uint32_t reference_round_f64(dtype t, double v);
 
 }  // namespace ropekv

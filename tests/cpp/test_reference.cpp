@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -357,4 +358,41 @@ TEST_CASE("reference: backend interface") {
   CHECK(be->device_description().find("OpenMP threads") != std::string::npos);
   be->run_host(c.args(), {});
   CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, 0, 1.25f, 2, 11});
+}
+
+TEST_CASE("reference: reference_round_f64 equals encode_from_f64 (midpoints of f16/bf16 included)") {
+  // fp32(v) can land exactly on a midpoint of f16/bf16 while v is just off it: the fast path
+  // must then round v itself. Probe every f16/bf16 midpoint region with offsets below fp32's
+  // resolution, plus random doubles.
+  uint64_t state = 12345;
+  auto next = [&state]() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 11;
+  };
+  int64_t checked = 0, mismatches = 0;
+  for (dtype t : {dtype::f16, dtype::bf16, dtype::f32, dtype::fp8_e4m3fn, dtype::fp8_e5m2fnuz}) {
+    const overflow_mode mode = dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee;
+    const uint32_t codes = t == dtype::f32 ? 0 : (dtype_size_bytes(t) == 1 ? 256u : 65536u);
+    for (uint32_t b = 0; b + 1 < codes; ++b) {
+      const double lo = decode_to_f64(t, b), hi = decode_to_f64(t, b + 1);
+      if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+      const double mid = (lo + hi) / 2;  // exact in double
+      for (double v : {mid, std::nextafter(mid, 1e300), std::nextafter(mid, -1e300),
+                       mid + std::fabs(mid) * 0x1p-30, mid - std::fabs(mid) * 0x1p-30}) {
+        ++checked;
+        mismatches += reference_round_f64(t, v) != encode_from_f64(t, v, mode);
+      }
+    }
+    for (int i = 0; i < 20000; ++i) {
+      const double v = std::ldexp(static_cast<double>(next()) * 0x1p-53 - 0.5, static_cast<int>(next() % 80) - 40);
+      ++checked;
+      mismatches += reference_round_f64(t, v) != encode_from_f64(t, v, mode);
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    CHECK(reference_round_f64(t, nan) == encode_from_f64(t, nan, mode));
+    CHECK(reference_round_f64(t, 1e300) == encode_from_f64(t, 1e300, mode));
+    CHECK(reference_round_f64(t, -1e300) == encode_from_f64(t, -1e300, mode));
+  }
+  CHECK(checked > 600000);
+  CHECK(mismatches == 0);
 }
