@@ -210,27 +210,62 @@ std::vector<uint32_t> nope_table_16(dtype in, const output_rule& rule) {
   return table;
 }
 
-// Encodes one nope row (n input elements of dtype `in` at src) into codes[n].
+// Encodes one nope row (n input elements of dtype `in` at src) and stores it at dst (a row of
+// the output dtype).
 struct nope_encoder {
   dtype in;
   const output_rule* rule;
   std::vector<uint32_t> table;  // empty: per-element path
+  // Set when the table is the identity on every code except NaN codes (same 16-bit dtype in
+  // and out, no scale): a row is then copied and only its NaN codes are re-encoded. Checked
+  // against the table itself, so it cannot disagree with the per-element path.
+  bool copy_with_nan_fixup = false;
+  uint16_t nan_above = 0;  // a code c is NaN iff (c & 0x7fff) > nan_above
 
   nope_encoder(dtype in_type, const output_rule& r, int64_t elements) : in(in_type), rule(&r) {
     const bool is16 = in_type == dtype::f16 || in_type == dtype::bf16;
-    if (is16 && elements >= 4 * 65536) table = nope_table_16(in_type, r);
+    if (!is16 || elements < 4 * 65536) return;
+    table = nope_table_16(in_type, r);
+    if (r.type != in_type) return;
+    const float_format& ff = float_format_of(in_type);
+    nan_above = static_cast<uint16_t>(((1u << ff.exp_bits) - 1u) << ff.man_bits);
+    copy_with_nan_fixup = true;
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const bool is_nan = (b & 0x7fffu) > nan_above;
+      if (table[b] != b && !is_nan) copy_with_nan_fixup = false;
+      if (is_nan != is_nan_bits(in_type, b)) copy_with_nan_fixup = false;
+    }
   }
-  void encode(const uint8_t* src, int64_t n, float* scratch, uint32_t* codes) const {
+
+  void write(const uint8_t* src, uint8_t* dst, int64_t n, float* scratch, uint32_t* codes) const {
+    if (copy_with_nan_fixup) {
+      std::memmove(dst, src, static_cast<size_t>(n) * 2);  // memmove: q_nope may alias q_out
+      bool any_nan = false;
+      for (int64_t d = 0; d < n; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, dst + 2 * d, 2);
+        any_nan |= (bits & 0x7fffu) > nan_above;
+      }
+      if (!any_nan) return;
+      for (int64_t d = 0; d < n; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, dst + 2 * d, 2);
+        const uint16_t code = static_cast<uint16_t>(table[bits]);
+        std::memcpy(dst + 2 * d, &code, 2);
+      }
+      return;
+    }
     if (!table.empty()) {
       for (int64_t d = 0; d < n; ++d) {
         uint16_t bits;
         std::memcpy(&bits, src + 2 * d, 2);
         codes[d] = table[bits];
       }
-      return;
+    } else {
+      decode_row(in, src, n, scratch);
+      for (int64_t d = 0; d < n; ++d) codes[d] = rule->encode_nope(scratch[d]);
     }
-    decode_row(in, src, n, scratch);
-    for (int64_t d = 0; d < n; ++d) codes[d] = rule->encode_nope(scratch[d]);
+    store_row(rule->type, dst, codes, n);
   }
 };
 
@@ -296,9 +331,9 @@ void reference_run(const op_args& args) {
           rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
 
           const int64_t nope_off = t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1];
-          q_nope_enc.encode(byte_ptr(args.q_nope, nope_off), sz.dn, scratch.data(), nope_codes.data());
           const int64_t out_off = t * args.q_out.strides_elems[0] + h * args.q_out.strides_elems[1];
-          store_row(args.q_out.type, byte_ptr(args.q_out, out_off), nope_codes.data(), sz.dn);
+          q_nope_enc.write(byte_ptr(args.q_nope, nope_off), byte_ptr(args.q_out, out_off), sz.dn,
+                           scratch.data(), nope_codes.data());
           for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = q_rule.encode_rope(rot[j]);
           store_row(args.q_out.type, byte_ptr(args.q_out, out_off + sz.dn), rope_codes.data(), sz.dr);
           if (opt.inplace_q) {
@@ -312,10 +347,10 @@ void reference_run(const op_args& args) {
         const int64_t kpe_off = t * args.k_pe.strides_elems[0];
         decode_row(args.k_pe.type, byte_ptr(args.k_pe, kpe_off), sz.dr, x.data());
         rope_row(opt.style, sz.dr, x.data(), cos_row.data(), sin_row.data(), rot.data());
-        k_nope_enc.encode(byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]), sz.dn, scratch.data(),
-                          nope_codes.data());
         // features of one part are contiguous in the cache (innermost stride 1)
-        store_row(nope_cache.type, byte_ptr(nope_cache, map.nope_offset_elems(slot, 0)), nope_codes.data(), sz.dn);
+        k_nope_enc.write(byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]),
+                         byte_ptr(nope_cache, map.nope_offset_elems(slot, 0)), sz.dn, scratch.data(),
+                         nope_codes.data());
         for (int64_t j = 0; j < sz.dr; ++j) rope_codes[j] = k_rule.encode_rope(rot[j]);
         store_row(rope_cache.type, byte_ptr(rope_cache, map.rope_offset_elems(slot, 0)), rope_codes.data(), sz.dr);
         if (opt.inplace_k) {
