@@ -396,3 +396,56 @@ TEST_CASE("reference: reference_round_f64 equals encode_from_f64 (midpoints of f
   CHECK(checked > 600000);
   CHECK(mismatches == 0);
 }
+
+TEST_CASE("reference: large 16-bit calls (table and copy paths) equal the per-element rule") {
+  // Tq = Ts = Tk = 256, H = 8, Dn = 128: 2^18 nope elements take the 65536-entry table path
+  // (and, for bf16 -> bf16, the copy path with NaN re-encoding). q_nope and kv_c cycle through
+  // every bit pattern, NaN payloads included.
+  const int64_t T = 256, H = 8, Dn = 128, Dr = 4, P = 2;
+  for (dtype out : {dtype::bf16, dtype::f16, dtype::fp8_e4m3fn}) {
+    for (dtype in : {dtype::bf16, dtype::f16}) {
+      CAPTURE(dtype_name(in));
+      CAPTURE(dtype_name(out));
+      std::vector<uint16_t> q_nope(T * H * Dn), q_pe(T * H * Dr, 0), kv_c(T * Dn), k_pe(T * Dr, 0);
+      std::vector<float> table(P * Dr, 0.0f);
+      std::vector<int64_t> pos(T, 0), slot(T);
+      for (size_t i = 0; i < q_nope.size(); ++i) q_nope[i] = static_cast<uint16_t>(i * 7);
+      for (size_t i = 0; i < kv_c.size(); ++i) kv_c[i] = static_cast<uint16_t>(i * 3 + 1);
+      for (int64_t t = 0; t < T; ++t) slot[t] = T - 1 - t;
+      const size_t es = dtype_size_bytes(out);
+      std::vector<uint8_t> q_out(T * H * (Dn + Dr) * es), cache(T * (Dn + Dr) * es);
+      op_args a;
+      a.q_nope = make_view(in, q_nope.data(), {T, H, Dn});
+      a.q_pe = make_view(in, q_pe.data(), {T, H, Dr});
+      a.kv_c = make_view(in, kv_c.data(), {T, Dn});
+      a.k_pe = make_view(in, k_pe.data(), {T, Dr});
+      a.positions = make_view(dtype::i64, pos.data(), {T});
+      a.slot_mapping = make_view(dtype::i64, slot.data(), {T});
+      a.cos_sin = make_view(dtype::f32, table.data(), {P, Dr});
+      a.q_out = make_view(out, q_out.data(), {T, H, Dn + Dr});
+      a.cache = make_view(out, cache.data(), {T / 16, 16, Dn + Dr});
+      a.q_scale = 0.75f;
+      a.k_scale = 3.0f;
+      reference_run(a);
+      const overflow_mode mode = dtype_is_fp8(out) ? overflow_mode::saturate : overflow_mode::ieee;
+      auto expect = [&](uint16_t bits, float scale) {
+        const float x = decode_to_f32(in, bits);
+        return encode_from_f32(out, dtype_is_fp8(out) ? x / scale : x, mode);
+      };
+      int64_t bad = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t d = 0; d < Dn; ++d) {
+            const uint64_t got = load_bits(out, q_out.data() + ((t * H + h) * (Dn + Dr) + d) * es);
+            bad += got != expect(q_nope[(t * H + h) * Dn + d], a.q_scale);
+          }
+        }
+        for (int64_t d = 0; d < Dn; ++d) {
+          const uint64_t got = load_bits(out, cache.data() + (slot[t] * (Dn + Dr) + d) * es);
+          bad += got != expect(kv_c[t * Dn + d], a.k_scale);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
