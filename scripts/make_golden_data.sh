@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Regenerates data/golden/ (the committed golden cases the tests replay) from the repro strings
+# below. Each case is small (< 1 MB). Run after a change to the contract, then review the diff.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${ROPEKV_BIN:-build/ropekv}"
+out=data/golden
+mkdir -p "$out"
+rm -f "$out"/*.safetensors
+while read -r name repro; do
+  [ -z "$name" ] || [ "${name#\#}" != "$name" ] && continue
+  "$bin" golden write --repro "$repro" --out "$out/$name.safetensors" >/dev/null
+  size=$(stat -c %s "$out/$name.safetensors")
+  [ "$size" -lt 1048576 ] || { echo "$name: $size bytes, over 1 MB" >&2; exit 1; }
+  echo "$name ($size bytes)"
+done <<'CASES'
+# name                       repro (missing keys take their defaults: bf16, joint nope_first, gptj, divide)
+deepseek-v3-tp8-decode      tq=3 ts=3 tk=3 h=16 p=1024 rope_table=deepseek-v3 nb=1 bs=64 seed=11
+deepseek-v3-fp8-cache       tq=2 ts=2 tk=2 h=16 p=1024 rope_table=deepseek-v3 nb=1 cache=fp8_e4m3fn k_scale=0.0625 amp=40 seed=12
+kimi-k2-tp8-decode          tq=4 ts=4 tk=4 h=8 p=1024 rope_table=kimi-k2 nb=1 seed=13
+deepseek-v2-lite-prefill    tq=5 ts=5 tk=5 h=16 p=1024 rope_table=deepseek-v2-lite nb=1 bs=16 seed=14
+neox-f16-two-tables         tq=3 ts=3 tk=3 h=4 dn=64 p=64 style=neox in=f16 table_dtype=f32 table=two qo=f16 cache=f16 nb=2 bs=4 seed=15
+fp8-e4m3fnuz-reciprocal     tq=3 ts=3 tk=3 h=4 dn=128 p=64 cache=fp8_e4m3fnuz scale_conv=reciprocal k_scale=0.37 amp=200 nb=1 bs=16 seed=16
+fp8-e5m2-q-and-cache        tq=3 ts=3 tk=3 h=4 dn=128 p=64 cache=fp8_e5m2 qo=fp8_e4m3fn k_scale=0.5 q_scale=3 amp=100 nb=1 bs=16 seed=17
+fp8-e5m2fnuz-saturating     tq=2 ts=2 tk=2 h=2 dn=64 p=32 cache=fp8_e5m2fnuz qo=fp8_e5m2fnuz k_scale=0.001 q_scale=0.001 amp=300 nb=1 bs=8 seed=18
+split-flashinfer            tq=4 ts=4 tk=4 h=8 dn=512 p=256 layout=split nb=2 bs=4 entry_pad=8 block_pad=16 seed=19
+joint-rope-first-padded     tq=4 ts=4 tk=4 h=4 dn=64 p=64 order=rope_first entry_pad=4 block_pad=12 nb=3 bs=3 seed=20
+padding-skipped             tq=6 ts=6 tk=6 h=4 dn=64 p=64 pad_slots=2 pad_at=head pad_q=skipped nb=1 bs=8 seed=21
+padding-computed-graph-pad  tq=3 ts=5 tk=7 h=4 dn=64 p=64 pad_slots=2 pad_at=spread pad_q=computed nb=2 bs=4 seed=22
+positions-clamped           tq=4 ts=4 tk=4 h=2 dn=32 p=16 pos_oob=clamp pos=i32 slot=i32 nb=1 bs=8 seed=23
+inplace-f32-near-end        tq=3 ts=3 tk=3 h=2 dn=32 p=64 in=f32 table_dtype=f32 qo=f32 cache=f32 inplace_q=1 inplace_k=1 positions=near_end nb=1 bs=4 seed=24
+strided-views               tq=3 ts=3 tk=4 h=4 dn=64 p=64 q_layout=head_major kv_layout=fused row_pad=8 table_pad=2 nb=2 bs=2 seed=25
+CASES
