@@ -17,13 +17,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
 fi
 dir=build-libfuzzer
+mkdir -p $dir
 if [ ! -f $dir/CMakeCache.txt ]; then
   cmake -S . -B $dir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROPEKV_FUZZ=ON \
-    -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_C_COMPILER=clang-19 >$dir.configure.log 2>&1 ||
-    { cat $dir.configure.log; exit 1; }
+    -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_C_COMPILER=clang-19 >$dir/configure.log 2>&1 ||
+    { cat $dir/configure.log; exit 1; }
 fi
-cmake --build $dir -j "$(nproc)" --target fuzz_repro fuzz_golden fuzz_validate >$dir.build.log 2>&1 ||
-  { tail -n 60 $dir.build.log; exit 1; }
+cmake --build $dir -j "$(nproc)" --target fuzz_repro fuzz_golden fuzz_validate >$dir/build.log 2>&1 ||
+  { tail -n 60 $dir/build.log; exit 1; }
 mkdir -p $dir/crashes
 status=0
 for t in fuzz_repro fuzz_golden fuzz_validate; do
