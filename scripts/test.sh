@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# README command (2): the whole test suite. Installs and builds what is missing, makes the
-# Python venv (numpy, ml_dtypes, safetensors, pytest) in build/venv, runs ctest (C++ doctest +
-# pytest), then the GPU compile checks (nvcc sm_90a, hipcc gfx90a, clang-19 gfx942).
-#   ROPEKV_SKIP_GPU_BUILDS=1   skip the GPU compile checks
+# README command (2): the whole test suite.
+#   1. installs and builds what is missing (scripts/setup.sh), makes the Python venv
+#      (numpy, ml_dtypes, safetensors, pytest) in build/venv;
+#   2. ctest: C++ unit tests (doctest), Python tests (pytest: ml_dtypes cross-checks, numpy
+#      oracle vs reference, CLI), 2000 random cases of ref vs sim;
+#   3. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. libFuzzer targets, 60 s each (scripts/fuzz.sh);
+#   5. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
+# Skips: ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 build_dir="${ROPEKV_BUILD_DIR:-build}"
+jobs="${ROPEKV_JOBS:-$(nproc)}"
+
+install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "test: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
 
 venv="$build_dir/venv"
 stamp="$venv/.ropekv-requirements"
@@ -17,10 +35,38 @@ if [ ! -f "$stamp" ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
   cp tests/python/requirements.txt "$stamp"
 fi
 
-status=0
-(cd "$build_dir" && ctest --output-on-failure) || status=1
+failed=()
+echo "== ctest"
+(cd "$build_dir" && ctest --output-on-failure) || failed+=(ctest)
 
-if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ] && [ -f scripts/gpu_compile_checks.sh ]; then
-  bash scripts/gpu_compile_checks.sh || status=1
+if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
+  echo "== C++ unit tests under ASan + UBSan"
+  asan=build-asan
+  if [ ! -f $asan/CMakeCache.txt ]; then
+    cmake -S . -B $asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROPEKV_SANITIZE=ON >/dev/null
+  fi
+  if cmake --build $asan -j "$jobs" --target ropekv_tests >$asan/build.log 2>&1; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ./$asan/ropekv_tests --minimal || failed+=(sanitizers)
+  else
+    tail -n 40 $asan/build.log; failed+=(sanitizer-build)
+  fi
 fi
-exit $status
+
+if [ "${ROPEKV_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== libFuzzer targets"
+  bash scripts/fuzz.sh || failed+=(libfuzzer)
+fi
+
+if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ]; then
+  echo "== GPU compile checks"
+  install_missing hipcc rocm-device-libs libamdhip64-dev clang-19
+  bash scripts/gpu_compile_checks.sh >build-gpucheck.log 2>&1 && echo "gpu compile checks: all passed" ||
+    { tail -n 40 build-gpucheck.log; failed+=(gpu-builds); }
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "test: all passed"
