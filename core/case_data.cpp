@@ -155,6 +155,39 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
   return a;
 }
 
+// encode_from_f64(t, x, ieee) for the input dtypes, fast: a double in the normal range of f16 /
+// bf16 is rounded to nearest even on its own bits (one rounding, like encode_from_f64); zero,
+// subnormal results and overflow take encode_from_f64. test_case_data.cpp checks both agree.
+uint32_t encode_input(dtype t, double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, 8);
+  const uint32_t sign16 = static_cast<uint32_t>(b >> 63) << 15;
+  int man_bits, bias;
+  double min_normal, max_finite;
+  switch (t) {
+    case dtype::f32: {
+      const float f = static_cast<float>(x);  // one IEEE rounding to nearest even
+      uint32_t fb;
+      std::memcpy(&fb, &f, 4);
+      return fb;
+    }
+    case dtype::bf16: man_bits = 7; bias = 127; min_normal = 0x1p-126; max_finite = 0x1.fep127; break;
+    case dtype::f16: man_bits = 10; bias = 15; min_normal = 0x1p-14; max_finite = 65504.0; break;
+    default: return encode_from_f64(t, x, overflow_mode::ieee);
+  }
+  if (x == 0.0) return sign16;
+  if (!(std::abs(x) >= min_normal)) return encode_from_f64(t, x, overflow_mode::ieee);
+  const int shift = 52 - man_bits;
+  const uint64_t round = (uint64_t{1} << (shift - 1)) - 1 + ((b >> shift) & 1);
+  const uint64_t r = (b + round) & ~((uint64_t{1} << shift) - 1);
+  double rounded;
+  std::memcpy(&rounded, &r, 8);
+  if (!(std::abs(rounded) <= max_finite)) return encode_from_f64(t, x, overflow_mode::ieee);
+  const uint32_t exp = static_cast<uint32_t>(static_cast<int>((r >> 52) & 0x7ff) - 1023 + bias);
+  const uint32_t man = static_cast<uint32_t>((r >> shift) & ((uint64_t{1} << man_bits) - 1));
+  return sign16 | (exp << man_bits) | man;
+}
+
 uint8_t* elem_ptr(const tensor_view& v, int64_t offset_elems) {
   return static_cast<uint8_t*>(v.data) +
          offset_elems * static_cast<int64_t>(dtype_size_bytes(v.type));
@@ -174,7 +207,7 @@ void fill_uniform(const tensor_view& v, uint64_t seed, uint64_t id, double amp) 
         const uint64_t idx = static_cast<uint64_t>(row * inner + k);
         const double x = (2.0 * rng_unit(seed, id, idx) - 1.0) * amp;
         store_bits(v.type, base + k * static_cast<int64_t>(dtype_size_bytes(v.type)),
-                   encode_from_f64(v.type, x, overflow_mode::ieee));
+                   encode_input(v.type, x));
       }
     }
   }
@@ -199,8 +232,8 @@ void fill_tables(const problem& p, const op_args& a) {
   const size_t esz = dtype_size_bytes(t);
   // cos_value(row, i), sin_value(row, i) as fp32/double, then one rounding into the table dtype.
   auto write = [&](int64_t row, int64_t i, double c, double s) {
-    const uint32_t cb = encode_from_f64(t, c, overflow_mode::ieee);
-    const uint32_t sb = encode_from_f64(t, s, overflow_mode::ieee);
+    const uint32_t cb = encode_input(t, c);
+    const uint32_t sb = encode_input(t, s);
     if (p.table == table_kind::one) {
       uint8_t* r = elem_ptr(a.cos_sin, row * a.cos_sin.strides_elems[0]);
       store_bits(t, r + i * esz, cb);

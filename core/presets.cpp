@@ -17,8 +17,9 @@
 //
 // Choices where torch is not one fixed function:
 // - fp32 pow: computed as pow in double then rounded to float (correctly rounded except in
-//   astronomically rare near-ties); glibc's powf, which numpy and torch-CPU call, agrees on every
-//   value of the presets (tests/python/test_presets.py checks inv_freq bit-exactly).
+//   astronomically rare near-ties); glibc's powf agrees on every exponent of the presets. numpy's
+//   float32 power (AVX-512 SIMD) does not: 4 of DeepSeek's 32 values are 1-2 ulp off, which then
+//   shifts inv_freq; tests/python/test_presets.py therefore rounds a float64 pow.
 // - cos/sin of the fp32 value `freqs`: evaluated in double and rounded to float, i.e. the
 //   correctly-rounded float32 result. torch's vectorised (Sleef) float cos/sin and numpy's SIMD
 //   float32 cos/sin may differ from it by 1 ulp for large arguments; CUDA's cosf by up to 2.

@@ -459,6 +459,8 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
     // the first p rows of that table; the whole table only while it stays cheap to build
     if (rows * p.dr <= (int64_t{4} << 20) && r.chance(0.5)) p.table_rows = rows;
     p.table_rows = std::min(p.table_rows, rows);
+  } else {
+    p.table_rows = std::min(p.table_rows, std::max<int64_t>(16, (int64_t{1} << 19) / p.dr));
   }
   {
     const double u = r.next_unit();

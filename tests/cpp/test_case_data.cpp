@@ -49,7 +49,7 @@ bool same_bytes(const case_data& a, const case_data& b) {
 TEST_CASE("make_case: head-major q view, fused kv slices, padded strides") {
   const problem p = parse_problem(
       "tq=3 ts=4 tk=5 h=2 dn=8 dr=4 p=16 bs=3 nb=3 in=f32 table=two q_layout=head_major "
-      "kv_layout=fused row_pad=2 entry_pad=5 block_pad=7 table_pad=1 layout=split seed=9");
+      "kv_layout=fused row_pad=2 entry_pad=5 block_pad=7 table_pad=1 layout=split table_dtype=f32 seed=9");
   case_data c = make_case(p);
   const op_args& a = c.args;
   // buffers
@@ -258,4 +258,23 @@ TEST_CASE("make_case: 300 random problems build, and validate() accepts their vi
     case_data c = make_case(p);
     CHECK_NOTHROW(validate(c.args));
   }
+}
+
+TEST_CASE("make_case: input values are encode_from_f64 of the promised uniform values, every dtype") {
+  // amp 1e-4 puts f16 values in the subnormal range, 7e4 beyond f16's max (-> inf), 300 is plain.
+  for (const char* in : {"f32", "f16", "bf16"})
+    for (const char* amp : {"1e-4", "0.5", "300", "70000"}) {
+      const problem p = parse_problem(std::string("tq=16 ts=16 tk=16 h=8 dn=100 dr=6 bs=16 nb=1 in=") + in + " amp=" + amp);
+      INFO(p.to_repro());
+      case_data c = make_case(p);
+      int64_t mismatches = 0;
+      for (int64_t t = 0; t < 16; ++t)
+        for (int64_t h = 0; h < 8; ++h)
+          for (int64_t d = 0; d < 100; ++d) {
+            const double got = load_float(c.args.q_nope, {t, h, d});
+            const double want = promised(p, 1, (t * 8 + h) * 100 + d);
+            mismatches += !(got == want || (std::isnan(got) && std::isnan(want)));
+          }
+      CHECK(mismatches == 0);
+    }
 }

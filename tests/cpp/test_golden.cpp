@@ -207,7 +207,7 @@ TEST_CASE("golden: truncated and corrupted files give arg_error naming the file"
   }
   SUBCASE("every header byte flipped: an error or a harmless change, never a crash") {
     int errors = 0, loads = 0;
-    for (size_t i = 0; i < 8 + header_len; ++i) {
+    for (size_t i = 0; i < 8 + header_len; i += (i < 8 ? 1 : 3)) {  // every length byte, every 3rd JSON byte
       std::vector<uint8_t> b = bytes;
       b[i] ^= (i % 2 ? 0x01 : 0x40);
       write_all(bad, b);
@@ -219,7 +219,7 @@ TEST_CASE("golden: truncated and corrupted files give arg_error naming the file"
       }
     }
     MESSAGE(errors << " flips rejected, " << loads << " harmless (whitespace, version strings)");
-    CHECK(errors > static_cast<int>(header_len) / 2);
+    CHECK(errors > static_cast<int>(header_len) / 6);
     // a huge length
     std::vector<uint8_t> b = bytes;
     b[7] = 0x7f;

@@ -63,7 +63,7 @@ TEST_CASE("yarn inv_freq: extrapolated below the ramp, interpolated above, blend
     const float pos = static_cast<float>(std::pow(1e4, static_cast<double>(static_cast<float>(2 * i) / 64.0f)));
     const float extrap = 1.0f / pos;
     const float interp = 1.0f / (40.0f * pos);
-    if (i < 10) CHECK(inv[i] == extrap);      // mask 1: interp * 0 + extrap * 1
+    if (i <= 10) CHECK(inv[i] == extrap);     // ramp 0, mask 1: interp * 0 + extrap * 1
     else if (i >= 23) CHECK(inv[i] == interp);  // mask 0
     else {
       CHECK(inv[i] < extrap);

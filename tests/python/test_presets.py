@@ -27,7 +27,10 @@ F32 = np.float32
 
 def numpy_yarn(theta, factor, beta_fast, beta_slow, orig, mscale, mscale_all_dim, dim, rows):
     exponents = np.arange(0, dim, 2, dtype=F32) / F32(dim)
-    pos_freqs = np.power(F32(theta), exponents, dtype=F32)
+    # float32 pow, correctly rounded (= glibc powf, torch CPU's scalar path). numpy's own float32
+    # power uses an AVX-512 SIMD routine that is not: it is 1-2 ulp off for 4 of DeepSeek's 32
+    # exponents. So: pow in float64, rounded once to float32.
+    pos_freqs = np.power(np.float64(F32(theta)), exponents.astype(np.float64)).astype(F32)
     inv_extrapolation = F32(1.0) / pos_freqs
     inv_interpolation = F32(1.0) / (F32(factor) * pos_freqs)
 
