@@ -1,0 +1,169 @@
+"""Issue #7: the CLI half of the bad-input catalog.
+
+Every row is one bad command line or one unreadable input file. Each must end the process with
+exit code 2, print nothing on stdout, and print exactly one line on stderr, of the form
+"ropekv: error: ...", that names the offending argument (each row lists the fragments that line
+must contain). Rows marked xfail(strict=True) are known CLI defects reported to the lead: they
+start failing (XPASS) the day the CLI is fixed, so the mark must then be removed.
+
+Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
+(-v lists every case with its id).
+"""
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SMALL_REPRO = "tq=2 ts=3 tk=3 h=2 dn=16 dr=8 p=16 bs=4 nb=2 seed=3"
+
+# Environment without the variables `--shard auto/N` reads.
+CLEAN_ENV = {k: v for k, v in os.environ.items()
+             if k not in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "JOB_COMPLETION_INDEX")}
+
+
+def run_cli(ropekv_bin, args, timeout=60):
+    return subprocess.run([ropekv_bin, *args], capture_output=True, text=True, timeout=timeout,
+                          env=CLEAN_ENV)
+
+
+@pytest.fixture(scope="module")
+def golden_files(ropekv_bin, tmp_path_factory):
+    """A valid golden file and damaged copies of it, by name."""
+    d = tmp_path_factory.mktemp("cli_catalog")
+    good = d / "good.safetensors"
+    r = run_cli(ropekv_bin, ["golden", "write", "--repro", SMALL_REPRO, "--out", str(good)])
+    assert r.returncode == 0, r.stderr
+    data = good.read_bytes()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    assert 8 + header_len < len(data)
+    files = {"good": good, "dir": d / "a_directory", "missing": d / "missing.safetensors"}
+    files["dir"].mkdir()
+
+    def write(name, content):
+        p = d / f"{name}.safetensors"
+        p.write_bytes(content)
+        files[name] = p
+
+    write("truncated_data", data[: 8 + header_len + 4])  # header intact, tensor data cut
+    write("truncated_header", data[: 8 + header_len // 2])
+    write("five_bytes", data[:5])
+    write("empty", b"")
+    bad_json = bytearray(data)
+    bad_json[8] = ord("x")  # '{' -> 'x'
+    write("header_not_json", bytes(bad_json))
+    write("header_length_huge", struct.pack("<Q", 1 << 60) + data[8:])
+    header = data[8: 8 + header_len]
+    assert header.count(b'"BF16"') >= 1
+    write("unknown_dtype", data[:8] + header.replace(b'"BF16"', b'"QQ16"', 1) + data[8 + header_len:])
+    return files
+
+
+def check_one_error_line(r, fragments):
+    assert r.returncode == 2, f"exit code {r.returncode}; stderr: {r.stderr!r}"
+    assert r.stdout == "", f"stdout should be empty, got {r.stdout!r}"
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, f"expected exactly one stderr line, got {len(lines)}: {r.stderr!r}"
+    line = lines[0]
+    assert line.startswith("ropekv: error: "), line
+    for f in fragments:
+        assert f in line, f"stderr line does not name {f!r}: {line!r}"
+
+
+def defect(reason):
+    return pytest.mark.xfail(strict=True, reason="known CLI defect (reported): " + reason)
+
+
+# (id, args, fragments the one stderr line must contain)
+USAGE_CASES = [
+    pytest.param(["frobnicate"], ["frobnicate"], id="unknown subcommand",
+                 marks=defect("prints 'A subcommand is required', not the unknown name")),
+    pytest.param(["--frob", "info"], ["--frob"], id="unknown top-level option"),
+    pytest.param(["golden", "frob"], ["frob"], id="unknown golden subcommand",
+                 marks=defect("prints 'A subcommand is required', not the unknown name")),
+    pytest.param(["run", "--frob"], ["--frob"], id="unknown option of run"),
+    pytest.param(["fuzz", "--cases", "1", "--no-such-flag"], ["--no-such-flag"], id="unknown option of fuzz"),
+    pytest.param(["run", "--preset", "nope"], ["preset", "nope"], id="unknown preset"),
+    pytest.param(["golden", "write", "--preset", "nope", "--out", "{tmp}/p.safetensors"], ["preset", "nope"],
+                 id="unknown preset (golden write)"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--backend", "nope"], ["backend", "nope"],
+                 id="unknown backend (run)"),
+    pytest.param(["fuzz", "--backends", "ref,nope", "--cases", "1"], ["backend", "nope"],
+                 id="unknown backend (fuzz)"),
+    pytest.param(["fuzz", "--backends", "ref", "--cases", "1"], ["--backends"], id="--backends without a pair"),
+    pytest.param(["run", "--repro", "foo=1"], ["repro", "foo"], id="repro: unknown key"),
+    pytest.param(["run", "--repro", "tq=abc"], ["tq", "abc"], id="repro: bad integer"),
+    pytest.param(["run", "--repro", "style=foo"], ["style", "foo"], id="repro: bad enum value"),
+    pytest.param(["run", "--repro", "k_scale=nan"], ["k_scale", "nan"], id="repro: NaN scale"),
+    pytest.param(["run", "--repro", "tq=5 ts=2 tk=5"], ["tq", "ts"], id="repro: Tq > Ts"),
+    pytest.param(["run", "--repro", "ts=5 tk=2"], ["ts", "tk"], id="repro: Ts > Tk"),
+    pytest.param(["run", "--repro", "dr=7"], ["dr", "7"], id="repro: odd Dr"),
+    pytest.param(["run", "--repro", "tq=1 tq=2"], ["tq"], id="repro: repeated key"),
+    pytest.param(["run", "--repro", "tq"], ["repro", "tq"], id="repro: token without ="),
+    pytest.param(["fuzz", "--repro", "tq=2 ts=1"], ["tq", "ts"], id="repro: Tq > Ts (fuzz)"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "3/2"], ["--shard", "3/2"], id="shard K >= N"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "1/0"], ["--shard", "1/0"], id="shard N = 0"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "x"], ["--shard", "x"], id="shard not K/N"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "auto/4"], ["--shard"], id="shard auto without env"),
+    pytest.param(["fuzz", "--time", "abc"], ["--time", "abc"], id="time not a duration"),
+    pytest.param(["fuzz", "--time", "-5s"], ["--time", "-5s"], id="time negative"),
+    pytest.param(["fuzz", "--time", "0"], ["--time"], id="time zero"),
+    pytest.param(["fuzz", "--time", "5x"], ["--time", "5x"], id="time unknown unit"),
+    pytest.param(["fuzz", "--seed", "abc"], ["--seed", "abc"], id="seed not an integer"),
+    pytest.param(["fuzz", "--cases", "-3"], ["--cases", "-3"], id="negative case count"),
+    pytest.param(["fuzz", "--cases", "1", "--max-ulp", "-1"], ["--max-ulp"], id="negative max-ulp"),
+    pytest.param(["fuzz", "--cases", "1", "--max-tokens", "100000"], ["--max-tokens"], id="max-tokens too big"),
+    pytest.param(["golden", "write", "--preset", "deepseek-v3", "--format", "xyz", "--out", "{tmp}/f"],
+                 ["--format", "xyz"], id="unknown golden format"),
+    pytest.param(["golden", "check"], ["file"], id="golden check without a file"),
+    pytest.param(["report", "merge", "{tmp}/missing.json"], ["missing.json"], id="report merge: missing file"),
+]
+
+
+@pytest.mark.parametrize("args,fragments", USAGE_CASES)
+def test_bad_usage(ropekv_bin, tmp_path, args, fragments):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    before = sorted(tmp_path.iterdir())
+    r = run_cli(ropekv_bin, args)
+    check_one_error_line(r, [f.replace("{tmp}", str(tmp_path)) for f in fragments])
+    assert sorted(tmp_path.iterdir()) == before, "a failed command left files behind"
+
+
+# (id, name of the file in golden_files, fragments besides the path)
+FILE_CASES = [
+    pytest.param("missing", [], id="golden check: missing file"),
+    pytest.param("dir", [], id="golden check: a directory",
+                 marks=defect("prints 'basic_filebuf::underflow error reading the file: Is a directory' "
+                              "without the path")),
+    pytest.param("empty", [], id="golden check: empty file"),
+    pytest.param("five_bytes", [], id="golden check: shorter than the header length"),
+    pytest.param("truncated_header", [], id="golden check: truncated header"),
+    pytest.param("truncated_data", [], id="golden check: truncated tensor data"),
+    pytest.param("header_not_json", ["header"], id="golden check: corrupted header (not JSON)"),
+    pytest.param("header_length_huge", ["header length"], id="golden check: header length 2^60"),
+    pytest.param("unknown_dtype", [], id="golden check: unknown tensor dtype in header"),
+]
+
+
+@pytest.mark.parametrize("name,fragments", FILE_CASES)
+def test_unreadable_golden_file(ropekv_bin, golden_files, name, fragments):
+    path = golden_files[name]
+    before = path.read_bytes() if path.is_file() else None
+    r = run_cli(ropekv_bin, ["golden", "check", str(path)])
+    check_one_error_line(r, [str(path), *fragments])
+    if before is not None:
+        assert path.read_bytes() == before, "golden check modified its input"
+
+
+def test_report_merge_of_a_non_json_file(ropekv_bin, golden_files):
+    path = golden_files["good"]
+    check_one_error_line(run_cli(ropekv_bin, ["report", "merge", str(path)]), [str(path)])
+
+
+def test_the_valid_golden_file_passes(ropekv_bin, golden_files):
+    # Control: the damaged files above fail because of the damage, not because the base is bad.
+    r = run_cli(ropekv_bin, ["golden", "check", str(golden_files["good"])])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_cli(ropekv_bin, ["run", "--repro", SMALL_REPRO])
+    assert r.returncode == 0, r.stdout + r.stderr
