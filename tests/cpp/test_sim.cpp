@@ -171,7 +171,7 @@ TEST_CASE("sim vs reference: hand-picked problems covering every option") {
 TEST_CASE("sim vs reference: 300 random problems") {
   int64_t failed = 0;
   for (uint64_t i = 0; i < 300; ++i) {
-    const problem p = random_problem(2026, i, 24);
+    const problem p = random_problem(2026, i, 16);
     const sim_result r = run_and_compare(p);
     if (r.report.outcome != case_outcome::passed && failed++ < 3) {
       FAIL_CHECK(outcome_name(r.report.outcome) << ": " << p.to_repro() << "\n"
