@@ -9,31 +9,30 @@
 
 namespace ropekv {
 
+std::string got_dump_path(const std::string& path) {
+  const std::string ext = ".safetensors";
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
+    return path.substr(0, path.size() - ext.size()) + ".got" + ext;
+  }
+  return path + ".got";
+}
+
 void write_failure_dump(const std::string& path, const case_data& initial, const case_data& a,
                         const case_data& b, const std::string& backend_a,
                         const std::string& backend_b) {
   std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  golden_file file = make_golden(initial, a);
-  golden_file got = make_golden(initial, b);
-  for (auto& [name, t] : got.tensors) {
-    const std::string suffix = ".expected";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      const std::string got_name = name.substr(0, name.size() - suffix.size()) + ".got";
-      file.tensors[got_name] = t;
-    }
+  // The golden format holds exactly the tensors the repro implies, so the two runs go to two
+  // files of the same case: `.expected` tensors from run a, and from run b.
+  for (bool is_b : {false, true}) {
+    golden_file file = make_golden(initial, is_b ? b : a);
+    file.metadata["backend_a"] = backend_a;
+    file.metadata["backend_b"] = backend_b;
+    file.metadata["expected_from"] = is_b ? backend_b : backend_a;
+    file.metadata["note"] = is_b ? "fuzz failure: the *.expected tensors hold what backend_b wrote"
+                                 : "fuzz failure: the *.expected tensors hold what backend_a wrote";
+    write_golden(is_b ? got_dump_path(path) : path, file);
   }
-  // The dtypes entry must name every tensor, the added ones included.
-  auto it = file.metadata.find("dtypes");
-  if (it != file.metadata.end()) {
-    nlohmann::json dtypes = nlohmann::json::parse(it->second);
-    for (const auto& [name, t] : file.tensors) dtypes[name] = dtype_name(t.type);
-    it->second = dtypes.dump();
-  }
-  file.metadata["backend_a"] = backend_a;
-  file.metadata["backend_b"] = backend_b;
-  file.metadata["note"] = "fuzz failure: *.expected from backend_a, *.got from backend_b";
-  write_golden(path, file);
 }
 
 case_record check_golden_file(const std::string& path, backend& b, const compare_options& cmp) {

@@ -7,9 +7,11 @@
 
 namespace ropekv {
 
-// Writes one failing case as a golden file (docs/golden-format.md): inputs, `.initial`,
-// `.expected` (run a, the reference) and the tested run's outputs as `<output>.got`; metadata
-// `backend_a`, `backend_b`. Creates the parent folder.
+// Writes one failing case as two golden files (docs/golden-format.md) of the same case:
+// `path` with `.expected` from run a (the reference) and got_dump_path(path) (`X.got.safetensors`)
+// with `.expected` from run b; metadata `backend_a`, `backend_b`, `expected_from`. Creates the
+// parent folder.
+std::string got_dump_path(const std::string& path);
 void write_failure_dump(const std::string& path, const case_data& initial, const case_data& a,
                         const case_data& b, const std::string& backend_a,
                         const std::string& backend_b);

@@ -261,3 +261,43 @@ TEST_CASE("shards partition the case stream; merge equals the unsharded run") {
 }
 
 }  // namespace ropekv
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "core/golden.h"
+#include "tools/golden_io.h"
+
+namespace ropekv {
+TEST_CASE("--dump writes a failing case as a readable golden file with both outputs") {
+  auto dir = std::filesystem::temp_directory_path() / ("ropekv_test_dump_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  fuzz_options opt;
+  opt.backend_a = "ref";
+  opt.backend_b = "broken-entry";
+  opt.factory_b = factory_of<entry_plus_one>();
+  opt.seed = 4;
+  opt.cases = 50;
+  opt.max_tokens = 8;
+  opt.max_failures = 1;
+  opt.shrink = false;
+  opt.dump_dir = dir.string();
+  std::ostringstream out;
+  fuzz_summary s = run_fuzz(opt, out, false);
+  REQUIRE(s.counts.failed == 1);
+  const std::string path = s.notable.back().dumped_to;
+  INFO(out.str());
+  REQUIRE(std::filesystem::exists(path));
+  REQUIRE(std::filesystem::exists(got_dump_path(path)));
+  golden_file fa = read_golden(path);
+  golden_file fb = read_golden(got_dump_path(path));
+  CHECK(fa.metadata.at("backend_b") == "broken-entry");
+  CHECK(fa.metadata.at("expected_from") == "ref");
+  CHECK(fb.metadata.at("expected_from") == "broken-entry");
+  CHECK(fa.prob == fb.prob);
+  const std::string cache = fa.tensors.count("cache.expected") ? "cache" : "ckv_cache";
+  CHECK(fa.tensors.at(cache + ".initial").bytes == fb.tensors.at(cache + ".initial").bytes);
+  CHECK(fa.tensors.at(cache + ".expected").bytes != fb.tensors.at(cache + ".expected").bytes);
+  std::filesystem::remove_all(dir);
+}
+}  // namespace ropekv
