@@ -542,7 +542,7 @@ std::string format_case_report(const case_report& r, bool verbose) {
   if (!r.message.empty()) out += fmt::format("\n  {}", r.message);
   for (const region_report& g : r.regions) {
     if (!verbose && g.mismatches == 0 && !g.mistrusted) continue;
-    out += fmt::format("\n  {:<20} [{}, {}] {} compared, {} mismatches", g.name,
+    out += fmt::format("\n  {:<22} [{}, {}] {} compared, {} mismatches", g.name,
                        region_rule_name(g.rule), g.dtype_name, g.compared, g.mismatches);
     if (g.rule != region_rule::bytes) {
       out += g.max_ulp == ulp_distance_nan ? std::string(", max ulp nan")

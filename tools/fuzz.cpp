@@ -252,10 +252,14 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
         rec.shrunk_replay = replay_command(opt, rec.shrunk_repro);
       }
     }
+    if (opt.repro && rec.report.outcome == case_outcome::passed) {
+      out << "repro case: " << format_case_report(rec.report, true) << "\n";
+    }
     if (rec.report.outcome != case_outcome::passed) {
       clear_progress();
       if (rec.report.outcome != case_outcome::skipped) {
-        out << fmt::format("case {}: ", rec.index) << format_case_report(rec.report, false) << "\n";
+        out << (rec.index < 0 ? std::string("repro case: ") : fmt::format("case {}: ", rec.index))
+            << format_case_report(rec.report, false) << "\n";
         out << "  replay: " << rec.replay << "\n";
         if (!rec.shrunk_repro.empty()) {
           out << fmt::format("  shrunk ({} steps, {} tries): ", rec.shrink_steps, rec.shrink_tries)
