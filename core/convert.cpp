@@ -4,6 +4,7 @@
 #include "core/convert.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -190,6 +191,125 @@ bool is_nan_bits(dtype t, uint32_t bits) {
   const uint32_t magnitude = bits & ~l.sign_bit;
   if (f.has_inf) return (magnitude & l.exp_mask) == l.exp_mask && (magnitude & l.man_mask) != 0;
   return magnitude == (l.exp_mask | l.man_mask);  // e4m3fn
+}
+
+void decode_row_to_f32(dtype t, const void* src, float* dst, int64_t n) {
+  const uint8_t* p = static_cast<const uint8_t*>(src);
+  switch (t) {
+    case dtype::f32:
+      std::memcpy(dst, p, static_cast<size_t>(n) * 4);  // decode_to_f32(f32) is the bits
+      return;
+    case dtype::bf16:
+      for (int64_t i = 0; i < n; ++i) {  // a bf16 is the upper half of the f32 of equal value
+        uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        const uint32_t u = static_cast<uint32_t>(b) << 16;
+        std::memcpy(dst + i, &u, 4);
+      }
+      return;
+    case dtype::f16:
+      for (int64_t i = 0; i < n; ++i) {  // exact: every f16 is a float
+        uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        dst[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(b));
+      }
+      return;
+    case dtype::fp8_e4m3fn:
+    case dtype::fp8_e4m3fnuz:
+    case dtype::fp8_e5m2:
+    case dtype::fp8_e5m2fnuz:
+      for (int64_t i = 0; i < n; ++i) dst[i] = decode_to_f32(t, p[i]);
+      return;
+    case dtype::i32:
+    case dtype::i64:
+    case dtype::u8:
+      throw arg_error("dtype", "a float dtype (f32, f16, bf16, fp8_*)", dtype_name(t));
+  }
+  throw error("decode_row_to_f32: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+
+void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overflow_mode mode) {
+  switch (mode) {
+    case overflow_mode::saturate:
+    case overflow_mode::ieee:
+      break;
+    default:
+      throw error("encode_row_from_f64: invalid overflow_mode " +
+                  std::to_string(static_cast<int>(mode)));
+  }
+  const layout l = layout_of(t);  // throws for non-float dtypes
+  const float_format& f = *l.fmt;
+  const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
+  // A double a >= f.min_normal rounds to nearest even at f's precision by integer arithmetic
+  // on its bits: add just under half a quantum plus the lowest kept bit, drop the low bits (a
+  // carry moves into the exponent, which is the next binade, exactly), then rebias the
+  // exponent from double's 1023 to f.bias. A result beyond max_bits is an overflow, as in
+  // encode_from_f64 (rounded value > max_finite). NaN, zero and subnormal results take the
+  // scalar path.
+  // (Every constant is a plain local, so the loop keeps them in registers.)
+  const int drop_bits = 52 - f.man_bits;
+  const uint64_t below_half = (uint64_t{1} << (drop_bits - 1)) - 1;
+  const uint64_t rebias = static_cast<uint64_t>(1023 - f.bias) << f.man_bits;
+  const double min_normal = f.min_normal;
+  const uint64_t max_bits = l.max_bits;
+  const uint32_t sign_bit = l.sign_bit;
+  // What an overflow gives (encode_from_f64's overflow()), for each sign.
+  const uint32_t overflow_pos = saturate ? l.max_bits : (f.has_inf ? inf_bits(l, false) : canonical_nan(l, false));
+  const uint32_t overflow_neg = saturate ? (sign_bit | l.max_bits) : (f.has_inf ? inf_bits(l, true) : canonical_nan(l, true));
+  const auto encode_one = [=](double v) -> uint32_t {
+    const double a = std::fabs(v);
+    if (!(a >= min_normal)) return encode_from_f64(t, v, mode);  // NaN, 0, subnormal
+    uint64_t bits;
+    std::memcpy(&bits, &a, 8);
+    const uint64_t magnitude = ((bits + below_half + ((bits >> drop_bits) & 1u)) >> drop_bits) - rebias;
+    const bool negative = std::signbit(v);
+    if (magnitude > max_bits) return negative ? overflow_neg : overflow_pos;  // includes inf
+    return (negative ? sign_bit : 0u) | static_cast<uint32_t>(magnitude);
+  };
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  switch (dtype_size_bytes(t)) {
+    case 1:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(encode_one(src[i]));
+      return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t c = static_cast<uint16_t>(encode_one(src[i]));
+        std::memcpy(out + 2 * i, &c, 2);
+      }
+      return;
+    case 4:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t c = encode_one(src[i]);
+        std::memcpy(out + 4 * i, &c, 4);
+      }
+      return;
+    default:
+      throw error("encode_row_from_f64: unsupported element size of " + std::string(dtype_name(t)));
+  }
+}
+
+void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n) {
+  const layout l = layout_of(t);  // throws for non-float dtypes
+  const size_t es = dtype_size_bytes(t);
+  std::memmove(dst, src, static_cast<size_t>(n) * es);  // memmove: src == dst is allowed
+  if (t == dtype::f32) return;  // encode_from_f32 into f32 is the bit pattern, NaN included
+  uint8_t* p = static_cast<uint8_t*>(dst);
+  if (es == 2) {
+    // f16 / bf16 (IEEE-style): a code is NaN iff its magnitude is above the inf code. Scan the
+    // row first (one cheap pass); re-encode only when it holds a NaN.
+    const uint16_t magnitude_mask = static_cast<uint16_t>(~l.sign_bit);
+    uint16_t max_magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      max_magnitude = std::max<uint16_t>(max_magnitude, b & magnitude_mask);
+    }
+    if (max_magnitude <= l.exp_mask) return;  // no NaN (inf is exp_mask itself)
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = static_cast<uint32_t>(load_bits(t, p + i * static_cast<int64_t>(es)));
+    if (is_nan_bits(t, b)) store_bits(t, p + i * static_cast<int64_t>(es), canonical_nan(l, (b & l.sign_bit) != 0));
+  }
 }
 
 double ulp_at(dtype t, double value) {

@@ -31,6 +31,22 @@ uint32_t encode_from_f32(dtype t, float value, overflow_mode mode);
 
 bool is_nan_bits(dtype t, uint32_t bits);
 
+// Row-wise forms of the scalar conversions, for hot loops (the reference): one dispatch per row
+// and the same result, element by element, as the scalar function named (test_convert.cpp
+// checks every code, every tie and its neighbours, and random values against it). Rows are n
+// contiguous elements of dtype t.
+//
+// decode_to_f32(t, src[i]) for every element; a NaN code gives a NaN of the same sign (payload
+// unspecified).
+void decode_row_to_f32(dtype t, const void* src, float* dst, int64_t n);
+// encode_from_f64(t, src[i], mode) for every element.
+void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overflow_mode mode);
+// encode_from_f32(t, decode_to_f32(t, src[i]), ieee) for every element: round(fp32(x)) of x into
+// its own dtype. That keeps every code except a NaN code of a format narrower than f32, which
+// becomes the canonical NaN of its sign (f32 keeps NaN payloads: encode_from_f32 into f32 is
+// the bit pattern). A copy plus a NaN fix-up. src == dst is allowed; any other overlap is not.
+void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n);
+
 // Spacing of format t at |value| (value finite): at a power of two the spacing above it; below
 // the smallest normal the subnormal spacing. Beyond max_finite: the spacing at max_finite.
 double ulp_at(dtype t, double value);

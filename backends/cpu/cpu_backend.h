@@ -13,10 +13,9 @@ std::unique_ptr<backend> make_cpu_backend();
 // Runs the reference on host views (validates first; a failed call writes nothing).
 void reference_run(const op_args& args);
 
-// Rounds v once into float dtype t (nearest even; saturating for fp8, ieee otherwise): the
-// value encode_from_f64 gives, on a faster path for f32/f16/bf16 (fp32(v), re-rounded from v
-// only where fp32(v) is a midpoint of t). Exposed so tests can check it against
-// encode_from_f64.
+// Rounds v once into float dtype t (nearest even; saturating for fp8, ieee otherwise), as the
+// reference rounds rope values: through core's encode_row_from_f64, which must equal
+// encode_from_f64. Exposed so tests can check it against encode_from_f64.
 uint32_t reference_round_f64(dtype t, double v);
 
 }  // namespace ropekv

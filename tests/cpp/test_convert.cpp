@@ -538,3 +538,173 @@ TEST_CASE("conv: ulp_at at powers of two, subnormals and beyond max") {
     }
   }
 }
+
+// ---- Row-wise conversions (decode_row_to_f32, encode_row_from_f64, recode_row_same_dtype):
+// each must give, element by element, what the scalar function gives.
+
+namespace {
+
+const dtype all_floats[] = {dtype::f32,          dtype::f16,          dtype::bf16,
+                            dtype::fp8_e4m3fn,   dtype::fp8_e4m3fnuz, dtype::fp8_e5m2,
+                            dtype::fp8_e5m2fnuz};
+
+// Every code of a format narrower than f32; for f32, 2^20 codes spread over all exponents plus
+// the special patterns (zeros, smallest subnormal, max, inf, NaN payloads of both signs).
+std::vector<uint32_t> row_test_codes(dtype t) {
+  std::vector<uint32_t> codes;
+  if (t != dtype::f32) {
+    const uint32_t n = 1u << (8 * dtype_size_bytes(t));
+    for (uint32_t b = 0; b < n; ++b) codes.push_back(b);
+    return codes;
+  }
+  for (uint32_t i = 0; i < (1u << 20); ++i) codes.push_back(static_cast<uint32_t>(rng_u64(7, 1, i)));
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x00800000u,
+                     0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
+                     0x7f800001u, 0xffbfffffu, 0x7fc12345u}) {
+    codes.push_back(b);
+  }
+  return codes;
+}
+
+// Doubles that probe encode: for every pair of neighbouring finite codes (f32: of the sampled
+// codes and their next code) the lower value, the midpoint and its double and float neighbours
+// and values a hair off it, both signs; specials; random doubles over the format's range +-8
+// binades.
+std::vector<double> encode_probes(dtype t) {
+  std::vector<double> xs;
+  const float_format& f = float_format_of(t);
+  auto add_pair = [&](double lo, double hi) {
+    const double mid = lo + (hi - lo) / 2;  // exact
+    for (double x : {lo, mid, std::nextafter(mid, 0.0), std::nextafter(mid, INFINITY),
+                     mid + mid * 0x1p-30, mid - mid * 0x1p-30,
+                     static_cast<double>(std::nextafterf(static_cast<float>(mid), 0.0f)),
+                     static_cast<double>(std::nextafterf(static_cast<float>(mid), INFINITY))}) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  };
+  if (t == dtype::f32) {
+    const std::vector<uint32_t> codes = row_test_codes(t);
+    for (size_t i = 0; i < codes.size(); i += 4) {  // 2^18 sampled codes
+      const uint32_t mag = codes[i] & 0x7fffffffu;
+      if (mag >= 0x7f7fffffu) continue;
+      add_pair(static_cast<double>(f32_from_bits(mag)), static_cast<double>(f32_from_bits(mag + 1)));
+    }
+    add_pair(static_cast<double>(FLT_MAX), 0x1p128);  // the tie above max
+  } else {
+    std::vector<double> values;
+    for (uint32_t b : row_test_codes(t)) {
+      const double v = decode_to_f64(t, b);
+      if (std::isfinite(v) && !std::signbit(v)) values.push_back(v);
+    }
+    std::sort(values.begin(), values.end());
+    int top_exp;
+    std::frexp(f.max_finite, &top_exp);
+    values.push_back(f.max_finite + std::ldexp(1.0, top_exp - 1 - f.man_bits));  // virtual next
+    for (size_t i = 0; i + 1 < values.size(); ++i) add_pair(values[i], values[i + 1]);
+  }
+  const double inf = INFINITY, nan = NAN;
+  for (double x : {0.0, -0.0, f.min_subnormal, f.min_subnormal / 2, f.min_normal,
+                   std::nextafter(f.min_normal, 0.0), f.max_finite, 1e300, -1e300,
+                   static_cast<double>(FLT_MAX), 0x1p-1074, inf, -inf, nan, -nan}) {
+    xs.push_back(x);
+  }
+  int exp_lo, exp_hi;
+  std::frexp(f.min_subnormal, &exp_lo);
+  std::frexp(f.max_finite, &exp_hi);
+  for (uint64_t i = 0; i < 200000; ++i) {
+    const uint64_t r = rng_u64(11, static_cast<uint64_t>(t), i);
+    const int e = exp_lo - 8 + static_cast<int>((r >> 52) % static_cast<uint64_t>(exp_hi - exp_lo + 17));
+    const double m = 1.0 + static_cast<double>(rng_u64(12, static_cast<uint64_t>(t), i) >> 12) * 0x1p-52;
+    xs.push_back(std::ldexp(m, e - 1) * ((r & 1) ? -1.0 : 1.0));
+  }
+  return xs;
+}
+
+}  // namespace
+
+TEST_CASE("conv rows: decode_row_to_f32 equals decode_to_f32 on every code (f32: 2^20 codes)") {
+  for (dtype t : all_floats) {
+    CAPTURE(dtype_name(t));
+    const std::vector<uint32_t> codes = row_test_codes(t);
+    const size_t es = dtype_size_bytes(t);
+    std::vector<uint8_t> row(codes.size() * es);
+    for (size_t i = 0; i < codes.size(); ++i) store_bits(t, row.data() + i * es, codes[i]);
+    std::vector<float> got(codes.size() + 1, 12345.0f);  // one guard element
+    decode_row_to_f32(t, row.data(), got.data(), static_cast<int64_t>(codes.size()));
+    int64_t bad = 0;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float want = decode_to_f32(t, codes[i]);
+      if (std::isnan(want)) {
+        bad += !std::isnan(got[i]) || std::signbit(got[i]) != std::signbit(want);
+      } else {
+        bad += f32_bits(got[i]) != f32_bits(want);
+      }
+    }
+    CHECK(bad == 0);
+    CHECK(got.back() == 12345.0f);
+  }
+  CHECK_THROWS_AS(decode_row_to_f32(dtype::i32, nullptr, nullptr, 0), arg_error);
+}
+
+TEST_CASE("conv rows: encode_row_from_f64 equals encode_from_f64 at every tie, boundary and 2e5 random doubles") {
+  for (dtype t : all_floats) {
+    const std::vector<double> xs = encode_probes(t);
+    const size_t es = dtype_size_bytes(t);
+    for (overflow_mode mode : modes) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(mode_name(mode));
+      std::vector<uint8_t> out((xs.size() + 1) * es, 0xa5);  // one guard element
+      encode_row_from_f64(t, xs.data(), out.data(), static_cast<int64_t>(xs.size()), mode);
+      int64_t bad = 0, reported = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const uint32_t got = static_cast<uint32_t>(load_bits(t, out.data() + i * es));
+        const uint32_t want = encode_from_f64(t, xs[i], mode);
+        if (got != want && reported++ < 5) MESSAGE("x = " << xs[i] << " got " << got << " want " << want);
+        bad += got != want;
+      }
+      CHECK(bad == 0);
+      CHECK(xs.size() > 200000);
+      for (size_t b = xs.size() * es; b < out.size(); ++b) CHECK(out[b] == 0xa5);
+    }
+  }
+  // A deliberately truncating encoder would differ at the first tie above 1: the row path
+  // must round 1 + 3/2 ulp of bf16 up to even.
+  const double x = 1.0 + 3 * 0x1p-8;
+  uint16_t got = 0;
+  encode_row_from_f64(dtype::bf16, &x, &got, 1, overflow_mode::ieee);
+  CHECK(got == 0x3f82);
+  CHECK_THROWS_AS(encode_row_from_f64(dtype::i64, &x, &got, 1, overflow_mode::ieee), arg_error);
+}
+
+TEST_CASE("conv rows: recode_row_same_dtype is round(fp32(x)) into x's dtype, copied and in place") {
+  for (dtype t : all_floats) {
+    CAPTURE(dtype_name(t));
+    const std::vector<uint32_t> codes = row_test_codes(t);
+    const size_t es = dtype_size_bytes(t);
+    const int64_t n = static_cast<int64_t>(codes.size());
+    std::vector<uint8_t> src(codes.size() * es);
+    for (size_t i = 0; i < codes.size(); ++i) store_bits(t, src.data() + i * es, codes[i]);
+    std::vector<uint8_t> copied(src.size() + es, 0x5a), in_place = src;
+    recode_row_same_dtype(t, src.data(), copied.data(), n);
+    recode_row_same_dtype(t, in_place.data(), in_place.data(), n);
+    int64_t bad = 0, nan_codes = 0;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const uint32_t want = encode_from_f32(t, decode_to_f32(t, codes[i]), overflow_mode::ieee);
+      nan_codes += is_nan_bits(t, codes[i]);
+      bad += load_bits(t, copied.data() + i * es) != want;
+      bad += load_bits(t, in_place.data() + i * es) != want;
+    }
+    CHECK(bad == 0);
+    CHECK(nan_codes > 0);  // the fix-up path ran
+    for (size_t b = src.size(); b < copied.size(); ++b) CHECK(copied[b] == 0x5a);
+  }
+  // A row without NaN is a plain copy.
+  const uint16_t plain[3] = {0x3f80, 0x7f80, 0x8001};
+  uint16_t out[3] = {0, 0, 0};
+  recode_row_same_dtype(dtype::bf16, plain, out, 3);
+  CHECK(out[0] == 0x3f80);
+  CHECK(out[1] == 0x7f80);
+  CHECK(out[2] == 0x8001);
+  CHECK_THROWS_AS(recode_row_same_dtype(dtype::u8, plain, out, 1), arg_error);
+}
