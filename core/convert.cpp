@@ -228,6 +228,58 @@ void decode_row_to_f32(dtype t, const void* src, float* dst, int64_t n) {
   throw error("decode_row_to_f32: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 
+namespace {
+
+// The constants encode_row_from_f64 needs for one format and overflow mode.
+struct row_encode_consts {
+  dtype type;
+  overflow_mode mode;
+  double min_normal;
+  uint64_t rebias;    // (1023 - bias) << man_bits: double's exponent bias to the format's
+  uint64_t max_bits;  // magnitude code of max_finite
+  uint32_t sign_bit;
+  uint32_t overflow_pos, overflow_neg;  // what encode_from_f64's overflow() gives, per sign
+};
+
+// A double a >= min_normal rounds to nearest even at the format's precision by integer
+// arithmetic on its bits: add just under half a quantum plus the lowest kept bit, drop the
+// DropBits = 52 - man_bits low bits (a carry moves into the exponent, which is the next binade,
+// exactly), then rebias the exponent. A result beyond max_bits is an overflow, as in
+// encode_from_f64 (rounded value > max_finite; inf included). NaN, zero and subnormal results
+// take the scalar encode_from_f64. DropBits is a template argument so that the shifts are
+// immediates, and the constants are copied into locals so that they stay in registers.
+template <int DropBits, typename Code>
+void encode_row_loop(const row_encode_consts& k, const double* src, uint8_t* out, int64_t n) {
+  constexpr uint64_t below_half = (uint64_t{1} << (DropBits - 1)) - 1;
+  const dtype type = k.type;
+  const overflow_mode mode = k.mode;
+  const double min_normal = k.min_normal;
+  const uint64_t rebias = k.rebias, max_bits = k.max_bits;
+  const uint32_t sign_bit = k.sign_bit, overflow_pos = k.overflow_pos, overflow_neg = k.overflow_neg;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = src[i];
+    const double a = std::fabs(v);
+    uint32_t code;
+    if (!(a >= min_normal)) {
+      code = encode_from_f64(type, v, mode);  // NaN, 0, subnormal
+    } else {
+      uint64_t bits;
+      std::memcpy(&bits, &a, 8);
+      const uint64_t magnitude = ((bits + below_half + ((bits >> DropBits) & 1u)) >> DropBits) - rebias;
+      const bool negative = std::signbit(v);
+      if (magnitude > max_bits) {
+        code = negative ? overflow_neg : overflow_pos;
+      } else {
+        code = (negative ? sign_bit : 0u) | static_cast<uint32_t>(magnitude);
+      }
+    }
+    const Code c = static_cast<Code>(code);
+    std::memcpy(out + sizeof(Code) * static_cast<size_t>(i), &c, sizeof(Code));
+  }
+}
+
+}  // namespace
+
 void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overflow_mode mode) {
   switch (mode) {
     case overflow_mode::saturate:
@@ -240,71 +292,57 @@ void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overf
   const layout l = layout_of(t);  // throws for non-float dtypes
   const float_format& f = *l.fmt;
   const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
-  // A double a >= f.min_normal rounds to nearest even at f's precision by integer arithmetic
-  // on its bits: add just under half a quantum plus the lowest kept bit, drop the low bits (a
-  // carry moves into the exponent, which is the next binade, exactly), then rebias the
-  // exponent from double's 1023 to f.bias. A result beyond max_bits is an overflow, as in
-  // encode_from_f64 (rounded value > max_finite). NaN, zero and subnormal results take the
-  // scalar path.
-  // (Every constant is a plain local, so the loop keeps them in registers.)
-  const int drop_bits = 52 - f.man_bits;
-  const uint64_t below_half = (uint64_t{1} << (drop_bits - 1)) - 1;
-  const uint64_t rebias = static_cast<uint64_t>(1023 - f.bias) << f.man_bits;
-  const double min_normal = f.min_normal;
-  const uint64_t max_bits = l.max_bits;
-  const uint32_t sign_bit = l.sign_bit;
-  // What an overflow gives (encode_from_f64's overflow()), for each sign.
-  const uint32_t overflow_pos = saturate ? l.max_bits : (f.has_inf ? inf_bits(l, false) : canonical_nan(l, false));
-  const uint32_t overflow_neg = saturate ? (sign_bit | l.max_bits) : (f.has_inf ? inf_bits(l, true) : canonical_nan(l, true));
-  const auto encode_one = [=](double v) -> uint32_t {
-    const double a = std::fabs(v);
-    if (!(a >= min_normal)) return encode_from_f64(t, v, mode);  // NaN, 0, subnormal
-    uint64_t bits;
-    std::memcpy(&bits, &a, 8);
-    const uint64_t magnitude = ((bits + below_half + ((bits >> drop_bits) & 1u)) >> drop_bits) - rebias;
-    const bool negative = std::signbit(v);
-    if (magnitude > max_bits) return negative ? overflow_neg : overflow_pos;  // includes inf
-    return (negative ? sign_bit : 0u) | static_cast<uint32_t>(magnitude);
-  };
+  row_encode_consts k;
+  k.type = t;
+  k.mode = mode;
+  k.min_normal = f.min_normal;
+  k.rebias = static_cast<uint64_t>(1023 - f.bias) << f.man_bits;
+  k.max_bits = l.max_bits;
+  k.sign_bit = l.sign_bit;
+  k.overflow_pos = saturate ? l.max_bits : (f.has_inf ? inf_bits(l, false) : canonical_nan(l, false));
+  k.overflow_neg = saturate ? (l.sign_bit | l.max_bits) : (f.has_inf ? inf_bits(l, true) : canonical_nan(l, true));
   uint8_t* out = static_cast<uint8_t*>(dst);
-  switch (dtype_size_bytes(t)) {
-    case 1:
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(encode_one(src[i]));
-      return;
-    case 2:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t c = static_cast<uint16_t>(encode_one(src[i]));
-        std::memcpy(out + 2 * i, &c, 2);
-      }
-      return;
-    case 4:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t c = encode_one(src[i]);
-        std::memcpy(out + 4 * i, &c, 4);
-      }
-      return;
-    default:
-      throw error("encode_row_from_f64: unsupported element size of " + std::string(dtype_name(t)));
+  // One instantiation per (52 - man_bits, code width); checked against the format table.
+  const auto check = [&](int man_bits, size_t bytes) {
+    if (f.man_bits != man_bits || dtype_size_bytes(t) != bytes) {
+      throw error("encode_row_from_f64: format table of " + std::string(dtype_name(t)) + " changed");
+    }
+  };
+  switch (t) {
+    case dtype::f32: check(23, 4); return encode_row_loop<52 - 23, uint32_t>(k, src, out, n);
+    case dtype::f16: check(10, 2); return encode_row_loop<52 - 10, uint16_t>(k, src, out, n);
+    case dtype::bf16: check(7, 2); return encode_row_loop<52 - 7, uint16_t>(k, src, out, n);
+    case dtype::fp8_e4m3fn:
+    case dtype::fp8_e4m3fnuz: check(3, 1); return encode_row_loop<52 - 3, uint8_t>(k, src, out, n);
+    case dtype::fp8_e5m2:
+    case dtype::fp8_e5m2fnuz: check(2, 1); return encode_row_loop<52 - 2, uint8_t>(k, src, out, n);
+    case dtype::i32:
+    case dtype::i64:
+    case dtype::u8: break;  // layout_of threw already
   }
+  throw error("encode_row_from_f64: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 
 void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n) {
   const layout l = layout_of(t);  // throws for non-float dtypes
   const size_t es = dtype_size_bytes(t);
-  std::memmove(dst, src, static_cast<size_t>(n) * es);  // memmove: src == dst is allowed
-  if (t == dtype::f32) return;  // encode_from_f32 into f32 is the bit pattern, NaN included
   uint8_t* p = static_cast<uint8_t*>(dst);
   if (es == 2) {
-    // f16 / bf16 (IEEE-style): a code is NaN iff its magnitude is above the inf code. Scan the
-    // row first (one cheap pass); re-encode only when it holds a NaN.
-    const uint16_t magnitude_mask = static_cast<uint16_t>(~l.sign_bit);
-    uint16_t max_magnitude = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, p + 2 * i, 2);
-      max_magnitude = std::max<uint16_t>(max_magnitude, b & magnitude_mask);
+    // f16 / bf16 (IEEE-style): a code is NaN iff its magnitude is above the inf code. Copy and
+    // track the largest magnitude in one pass; re-encode only when the row holds a NaN.
+    const uint8_t* q = static_cast<const uint8_t*>(src);
+    const int16_t magnitude_mask = static_cast<int16_t>(~l.sign_bit & 0x7fffu);
+    int16_t max_magnitude = 0;  // magnitudes are < 2^15: a signed max
+    for (int64_t i = 0; i < n; ++i) {  // element by element: src == dst is fine
+      int16_t b;
+      std::memcpy(&b, q + 2 * i, 2);
+      std::memcpy(p + 2 * i, &b, 2);
+      max_magnitude = std::max<int16_t>(max_magnitude, static_cast<int16_t>(b & magnitude_mask));
     }
-    if (max_magnitude <= l.exp_mask) return;  // no NaN (inf is exp_mask itself)
+    if (static_cast<uint32_t>(max_magnitude) <= l.exp_mask) return;  // no NaN (inf is exp_mask)
+  } else {
+    std::memmove(dst, src, static_cast<size_t>(n) * es);  // memmove: src == dst is allowed
+    if (t == dtype::f32) return;  // encode_from_f32 into f32 is the bit pattern, NaN included
   }
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t b = static_cast<uint32_t>(load_bits(t, p + i * static_cast<int64_t>(es)));
