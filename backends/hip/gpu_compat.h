@@ -22,6 +22,7 @@
 #define ROPEKV_DEVICE inline
 #define ROPEKV_HOST_DEVICE inline
 #define ROPEKV_FORCEINLINE inline
+#define ROPEKV_UNROLL
 
 struct rk_dim3 {
   uint32_t x = 1, y = 1, z = 1;
@@ -79,6 +80,27 @@ inline void rk_store_words(void* p, int bytes, const uint32_t* w) {
 #define hipDeviceProp_t cudaDeviceProp
 #define hipDriverGetVersion cudaDriverGetVersion
 #define hipRuntimeGetVersion cudaRuntimeGetVersion
+// timing (backends/hip/hip_bench.hip)
+#define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define hipMemset cudaMemset
+#define hipMemGetInfo cudaMemGetInfo
+#define hipStreamCreate cudaStreamCreate
+#define hipStreamDestroy cudaStreamDestroy
+#define hipEvent_t cudaEvent_t
+#define hipEventCreate cudaEventCreate
+#define hipEventDestroy cudaEventDestroy
+#define hipEventRecord cudaEventRecord
+#define hipEventSynchronize cudaEventSynchronize
+#define hipEventElapsedTime cudaEventElapsedTime
+#define hipGraph_t cudaGraph_t
+#define hipGraphExec_t cudaGraphExec_t
+#define hipStreamBeginCapture cudaStreamBeginCapture
+#define hipStreamEndCapture cudaStreamEndCapture
+#define hipStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define hipGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
+#define hipGraphLaunch cudaGraphLaunch
+#define hipGraphExecDestroy cudaGraphExecDestroy
+#define hipGraphDestroy cudaGraphDestroy
 #else
 #include <hip/hip_runtime.h>
 #endif
@@ -86,6 +108,7 @@ inline void rk_store_words(void* p, int bytes, const uint32_t* w) {
 #define ROPEKV_DEVICE __device__ __forceinline__
 #define ROPEKV_HOST_DEVICE __host__ __device__ __forceinline__
 #define ROPEKV_FORCEINLINE __forceinline__
+#define ROPEKV_UNROLL _Pragma("unroll")
 
 // Explicit round-to-nearest operations: no compiler may contract or reassociate them.
 #define ROPEKV_FMUL_RN(a, b) __fmul_rn((a), (b))

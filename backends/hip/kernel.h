@@ -278,6 +278,12 @@ struct rk_params {
   float k_inv_scale, q_inv_scale;  // reciprocal: fp32(1 / scale), computed once on the host
   // launch shape
   int64_t heads_per_block;
+  // fast path (issue #6), chosen on the host (launch_plan.h) when its preconditions hold:
+  // q_nope/q_pe 2-byte (f16|bf16) and q_out the same dtype, Dn % 8 == 0, Dr % 8 == 0, every q
+  // row and cos/sin row aligned for 16-byte (q) and 4-value (table) vector accesses.
+  int32_t fast_q;
+  // zero-copy concat (core/SPEC.md): q_nope is the first Dn columns of q_out; skip the nope copy.
+  int32_t skip_q_nope;
 };
 
 // Elements per nope chunk: one 16-byte access on the wider of input and output.
@@ -375,76 +381,253 @@ ROPEKV_DEVICE int64_t rk_num_chunks(int64_t n, int vec) {
 #endif
 }
 
+// ------------------------------------------------------------------ general path
+// q rows of heads [g*hpb, (g+1)*hpb) of token t, any dtypes, layouts and alignments: threads
+// stride over units (a nope chunk of `vec` elements, or one rope pair).
+ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, const char* cos_row,
+                                const char* sin_row) {
+  const int64_t half = p.dr / 2;
+  const int64_t tid = static_cast<int64_t>(threadIdx.x);
+  const int64_t nthreads = static_cast<int64_t>(blockDim.x);
+  const int64_t h0 = group * p.heads_per_block;
+  const int64_t h_end = (h0 + p.heads_per_block) < p.heads ? (h0 + p.heads_per_block) : p.heads;
+  const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
+  const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
+  const int64_t units_per_head = nope_chunks + half;
+  const int64_t units = (h_end - h0) * units_per_head;
+  const int q_sz = rk_size_bytes(p.q_dtype), o_sz = rk_size_bytes(p.q_out_dtype);
+  for (int64_t u = tid; u < units; u += nthreads) {
+    const int64_t h = h0 + u / units_per_head;
+    const int64_t r = u - (h - h0) * units_per_head;
+    char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * o_sz;
+    if (r < nope_chunks) {
+      if (p.skip_q_nope) continue;  // zero-copy concat: the nope part already sits in q_out
+      const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
+      const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
+      rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.reciprocal,
+                    p.q_scale, p.q_inv_scale);
+    } else {
+      char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
+      rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, out_row + p.dn * o_sz,
+                   p.q_out_dtype, p.q_scale, p.q_inv_scale, r - nope_chunks, cos_row, sin_row);
+    }
+  }
+}
+
+// The cache entry of token t (and k_pe in place): one row, any dtypes (nope chunks vectorised
+// when aligned, rope pairs scalar).
+ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, const char* cos_row,
+                                  const char* sin_row) {
+  const int64_t half = p.dr / 2;
+  const int64_t tid = static_cast<int64_t>(threadIdx.x);
+  const int64_t nthreads = static_cast<int64_t>(blockDim.x);
+  const int vec = rk_vec_elems(p.k_dtype, p.cache.dtype);
+  const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
+  const int64_t units = nope_chunks + half;
+  const int k_sz = rk_size_bytes(p.k_dtype), c_sz = rk_size_bytes(p.cache.dtype);
+  char* nope_dst = p.cache.entry(p.cache.nope, slot);
+  char* rope_dst = p.cache.entry(p.cache.rope, slot);
+  const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
+  char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
+  const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
+  for (int64_t u = tid; u < units; u += nthreads) {
+    if (u < nope_chunks) {
+      rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.reciprocal,
+                    p.k_scale, p.k_inv_scale);
+    } else {
+      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst,
+                   p.cache.dtype, p.k_scale, p.k_inv_scale, u - nope_chunks, cos_row, sin_row);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ fast path (issue #6)
+// Preconditions (checked on the host, launch_plan.h rk_fast_q_ok): q_nope/q_pe f16 or bf16,
+// q_out the same dtype; Dn % 8 == 0, Dr % 8 == 0; q_nope, q_pe, q_out rows 16-byte aligned (base
+// and both outer strides); cos and sin rows aligned to 4 table values; table f16|bf16|f32.
+//
+// Same-dtype 2-byte copy: round(fp32(x)) is x itself except for NaN, which becomes the format's
+// canonical NaN with its sign (what rk_encode does), so the nope copy is bit operations only.
+ROPEKV_DEVICE uint32_t rk_canon_nan16(uint32_t x, int32_t t) {
+  const uint32_t inf = t == rk_bf16 ? 0x7f80u : 0x7c00u;
+  const uint32_t qnan = t == rk_bf16 ? 0x7fc0u : 0x7e00u;
+  return (x & 0x7fffu) > inf ? ((x & 0x8000u) | qnan) : x;
+}
+ROPEKV_DEVICE uint32_t rk_canon_nan16x2(uint32_t w, int32_t t) {
+  return rk_canon_nan16(w & 0xffffu, t) | (rk_canon_nan16(w >> 16, t) << 16);
+}
+// Four table values from `p` (aligned to 4 values): one 8-byte (f16/bf16) or 16-byte (f32) load.
+ROPEKV_DEVICE void rk_load_table4(int32_t t, const char* p, float* v) {
+  uint32_t w[4];
+  if (t == rk_f32) {
+    rk_load_words(p, 16, w);
+    ROPEKV_UNROLL
+    for (int j = 0; j < 4; ++j) v[j] = rk_bits_f32(w[j]);
+  } else {
+    rk_load_words(p, 8, w);
+    ROPEKV_UNROLL
+    for (int j = 0; j < 4; ++j) v[j] = rk_decode(t, (w[j >> 1] >> (16 * (j & 1))) & 0xffffu);
+  }
+}
+ROPEKV_DEVICE uint32_t rk_lane16(const uint32_t* w, int m) { return (w[m >> 1] >> (16 * (m & 1))) & 0xffffu; }
+
+// Units a block's threads take per batch: all loads of a batch are issued before its first store.
+constexpr int rk_fast_batch = 4;
+
+// q rows of heads [g*hpb, (g+1)*hpb) of token t. Units of 16 bytes (8 elements): per head, Dn/8
+// nope units (none with zero-copy concat: 16-byte load, NaN canonicalisation, 16-byte store),
+// then Dr/8 rope units of 4 pairs each: gptj pairs (2i, 2i+1) of elements [8j, 8j+8), one
+// 16-byte load and store; neox pairs (i, i+Dr/2) of elements [4j, 4j+4) and [Dr/2+4j, Dr/2+4j+4),
+// two 8-byte loads and stores; cos/sin values [4j, 4j+4), one 8-byte load each (bf16/f16 table).
+// A thread takes units tid, tid + nthreads, ..., rk_fast_batch at a time.
+ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const char* cos_row,
+                             const char* sin_row) {
+  const int32_t qt = p.q_dtype;
+  const int64_t h0 = group * p.heads_per_block;
+  const int64_t nh = (h0 + p.heads_per_block) < p.heads ? p.heads_per_block : p.heads - h0;
+  const int32_t nope_units = p.skip_q_nope ? 0 : static_cast<int32_t>(p.dn / 8);
+  const int32_t units_per_head = nope_units + static_cast<int32_t>(p.dr / 8);
+  const int32_t units = static_cast<int32_t>(nh) * units_per_head;
+  const int32_t tid = static_cast<int32_t>(threadIdx.x);
+  const int32_t nthreads = static_cast<int32_t>(blockDim.x);
+  const int64_t half = p.dr / 2;
+  const int tab_sz = rk_size_bytes(p.table_dtype);
+  // per-block bases and per-head strides in bytes (hoisted: per unit only 32-bit index math)
+  const char* nope_base = p.q_nope + (t * p.q_nope_s0 + h0 * p.q_nope_s1) * 2;
+  char* pe_base = p.q_pe + (t * p.q_pe_s0 + h0 * p.q_pe_s1) * 2;
+  char* out_base = p.q_out + (t * p.q_out_s0 + h0 * p.q_out_s1) * 2 + p.dn * 2;  // rope part
+  const int64_t nope_s1 = p.q_nope_s1 * 2, pe_s1 = p.q_pe_s1 * 2, out_s1 = p.q_out_s1 * 2;
+  // neox: byte offsets of a unit's a half and b half inside the rope row, per unit j
+  const int64_t neox_b_bytes = half * 2;
+
+  for (int32_t first = tid; first < units; first += rk_fast_batch * nthreads) {
+    uint32_t w[rk_fast_batch][4];
+    int32_t hh[rk_fast_batch], rr[rk_fast_batch];
+    // 1. every q load of the batch
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_fast_batch; ++k) {
+      const int32_t u = first + k * nthreads;
+      rr[k] = -1;
+      hh[k] = 0;
+      if (u < units) {
+        const int32_t h = u / units_per_head;
+        const int32_t r = u - h * units_per_head;
+        hh[k] = h;
+        rr[k] = r;
+        if (r < nope_units) {
+          rk_load_words(nope_base + h * nope_s1 + static_cast<int64_t>(r) * 16, 16, w[k]);
+        } else {
+          const int64_t j = r - nope_units;
+          const char* row = pe_base + h * pe_s1;
+          if (!p.neox) {
+            rk_load_words(row + j * 16, 16, w[k]);
+          } else {
+            rk_load_words(row + j * 8, 8, w[k]);
+#if ROPEKV_MUTATION == 2
+            rk_load_words(row + (p.dr - 4 - 4 * j) * 2, 8, w[k] + 2);  // planted: partner Dr-1-i
+#else
+            rk_load_words(row + neox_b_bytes + j * 8, 8, w[k] + 2);
+#endif
+          }
+        }
+      }
+    }
+    // 2. the cos/sin values of the rope units
+    float cs[rk_fast_batch][4], sn[rk_fast_batch][4];
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_fast_batch; ++k) {
+      if (rr[k] >= nope_units) {
+        const int64_t j = rr[k] - nope_units;
+        rk_load_table4(p.table_dtype, cos_row + 4 * j * tab_sz, cs[k]);
+        rk_load_table4(p.table_dtype, sin_row + 4 * j * tab_sz, sn[k]);
+      }
+    }
+    // 3. compute and store
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_fast_batch; ++k) {
+      const int32_t r = rr[k];
+      if (r < 0) continue;
+      const int32_t h = hh[k];
+      if (r < nope_units) {
+        uint32_t o[4];
+        ROPEKV_UNROLL
+        for (int i = 0; i < 4; ++i) o[i] = rk_canon_nan16x2(w[k][i], qt);
+        // the nope part of q_out: the rope part's base minus Dn elements
+        rk_store_words(out_base - p.dn * 2 + h * out_s1 + static_cast<int64_t>(r) * 16, 16, o);
+        continue;
+      }
+      const int64_t j = r - nope_units;
+      // lanes of w[k]: gptj a_i = lane 2i, b_i = lane 2i+1; neox a_i = lane i, b_i = lane 4+i
+      // (mutation 2: the b half is loaded reversed, lane 4+i holds element Dr-1-(4j+i) -> 7-i)
+      uint32_t o[4] = {0u, 0u, 0u, 0u};
+      ROPEKV_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int la = p.neox ? i : 2 * i;
+#if ROPEKV_MUTATION == 2
+        const int lb = p.neox ? 7 - i : 2 * i + 1;
+#else
+        const int lb = p.neox ? 4 + i : 2 * i + 1;
+#endif
+        const float a = rk_decode(qt, rk_lane16(w[k], la));
+        const float b = rk_decode(qt, rk_lane16(w[k], lb));
+        // x' = x*C + R(x)*S with R(a) = -b, R(b) = a: one fp32 product, one fp32 fma.
+        const float ra = ROPEKV_FMAF(a, cs[k][i], ROPEKV_FMUL_RN(-b, sn[k][i]));
+        const float rb = ROPEKV_FMAF(b, cs[k][i], ROPEKV_FMUL_RN(a, sn[k][i]));
+        o[la >> 1] |= (rk_encode(qt, ra) & 0xffffu) << (16 * (la & 1));
+        o[lb >> 1] |= (rk_encode(qt, rb) & 0xffffu) << (16 * (lb & 1));
+      }
+      char* out_row = out_base + h * out_s1;
+      char* pe_row = pe_base + h * pe_s1;
+      if (!p.neox) {
+        rk_store_words(out_row + j * 16, 16, o);
+        if (p.inplace_q) rk_store_words(pe_row + j * 16, 16, o);  // same dtype, no scale: same bits
+      } else {
+#if ROPEKV_MUTATION == 2
+        const int64_t b_off = (p.dr - 4 - 4 * j) * 2;
+#else
+        const int64_t b_off = neox_b_bytes + j * 8;
+#endif
+        rk_store_words(out_row + j * 8, 8, o);
+        rk_store_words(out_row + b_off, 8, o + 2);
+        if (p.inplace_q) {
+          rk_store_words(pe_row + j * 8, 8, o);
+          rk_store_words(pe_row + b_off, 8, o + 2);
+        }
+      }
+    }
+  }
+}
+
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.
 ROPEKV_DEVICE void rk_fused_body(const rk_params& p) {
   const int64_t t = static_cast<int64_t>(blockIdx.x);
   const int64_t group = static_cast<int64_t>(blockIdx.y);
   if (t >= p.ts) return;
+  // Both index loads in flight at once (t < Ts <= Tk: in bounds; the position of an unused
+  // token is read but never used).
   const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
   // A slot beyond the cache (possible only through hip_launch with unchecked device values)
   // is treated as padding for the cache: never an out-of-bounds write.
   const bool write_cache = group == 0 && slot >= 0 && slot < p.cache.num_slots;
   const bool write_q = t < p.tq && (slot >= 0 || p.pad_q_computed);
   if (!write_cache && !write_q) return;
 
-  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
   if (pos < 0 || pos >= p.table_rows) {
-    if (!p.pos_clamp) return;  // unchecked device value in error mode: write nothing, read nothing
+    if (!p.pos_clamp) return;  // unchecked device value in error mode: write nothing
     pos = pos < 0 ? 0 : p.table_rows - 1;
   }
   const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
   const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
 
-  const int64_t half = p.dr / 2;
-  const int64_t tid = static_cast<int64_t>(threadIdx.x);
-  const int64_t nthreads = static_cast<int64_t>(blockDim.x);
-
   if (write_q) {
-    const int64_t h0 = group * p.heads_per_block;
-    const int64_t h_end = (h0 + p.heads_per_block) < p.heads ? (h0 + p.heads_per_block) : p.heads;
-    const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
-    const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
-    const int64_t units_per_head = nope_chunks + half;
-    const int64_t units = (h_end - h0) * units_per_head;
-    const int q_sz = rk_size_bytes(p.q_dtype), o_sz = rk_size_bytes(p.q_out_dtype);
-    for (int64_t u = tid; u < units; u += nthreads) {
-      const int64_t h = h0 + u / units_per_head;
-      const int64_t r = u - (h - h0) * units_per_head;
-      char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * o_sz;
-      if (r < nope_chunks) {
-        const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
-        const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
-        rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.reciprocal,
-                      p.q_scale, p.q_inv_scale);
-      } else {
-        char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
-        rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr,
-                     out_row + p.dn * o_sz, p.q_out_dtype, p.q_scale, p.q_inv_scale,
-                     r - nope_chunks, cos_row, sin_row);
-      }
+    if (p.fast_q) {
+      rk_fast_q(p, t, group, cos_row, sin_row);
+    } else {
+      rk_general_q(p, t, group, cos_row, sin_row);
     }
   }
-
-  if (write_cache) {
-    const int vec = rk_vec_elems(p.k_dtype, p.cache.dtype);
-    const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
-    const int64_t units = nope_chunks + half;
-    const int k_sz = rk_size_bytes(p.k_dtype), c_sz = rk_size_bytes(p.cache.dtype);
-    char* nope_dst = p.cache.entry(p.cache.nope, slot);
-    char* rope_dst = p.cache.entry(p.cache.rope, slot);
-    const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
-    char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
-    const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
-    for (int64_t u = tid; u < units; u += nthreads) {
-      if (u < nope_chunks) {
-        rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.reciprocal,
-                      p.k_scale, p.k_inv_scale);
-      } else {
-        rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst,
-                     p.cache.dtype, p.k_scale, p.k_inv_scale, u - nope_chunks, cos_row, sin_row);
-      }
-    }
-  }
+  if (write_cache) rk_write_cache(p, t, slot, cos_row, sin_row);
 }
 
 }  // namespace ropekv_gpu

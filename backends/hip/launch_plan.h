@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/hip/kernel.h"
+#include "backends/hip/variant.h"
 #include "core/error.h"
 #include "core/op.h"
 
@@ -19,7 +20,12 @@ struct rk_launch {
   std::string variant;
 };
 
-inline constexpr uint32_t rk_block_threads = 128;
+inline constexpr uint32_t rk_block_threads = 128;      // general path
+inline constexpr uint32_t rk_max_block_threads = 256;  // __launch_bounds__ of the kernel
+// Fast path sizing: at least this many blocks when the problem allows (4 per SM of an H200,
+// 132 SMs), at most rk_fast_max_units units (16 bytes each) per block.
+inline constexpr int64_t rk_fast_target_blocks = 4 * 132;
+inline constexpr int64_t rk_fast_max_units = 1024;
 inline constexpr int64_t rk_max_grid_y = 65535;
 inline constexpr int64_t rk_max_grid_x = 2147483647;
 
@@ -47,6 +53,31 @@ inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec
   // keep grid.y within its limit
   if ((heads + hpb - 1) / hpb > rk_max_grid_y) hpb = (heads + rk_max_grid_y - 1) / rk_max_grid_y;
   return hpb;
+}
+
+// "" when the fast q path (kernel.h rk_fast_q) may run on these params, else why not.
+inline std::string rk_fast_q_refusal(const rk_params& p) {
+  auto aligned = [](const void* ptr, int64_t bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
+  };
+  if (rk_variant_overrides().force_general) return "forced general";
+  if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
+  if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
+  if (p.dn % 8 != 0 || p.dr % 8 != 0) return "Dn or Dr not a multiple of 8";
+  if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
+  if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
+    return "table dtype";
+  // 16-byte rows: base and both outer strides (2-byte elements: strides multiple of 8)
+  if (!p.skip_q_nope && (!aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
+    return "q_nope rows not 16-byte aligned";
+  if (!aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
+    return "q_pe rows not 16-byte aligned";
+  if (!aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
+    return "q_out rows not 16-byte aligned";
+  const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
+  if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
+    return "cos/sin rows not aligned to 4 values";
+  return {};
 }
 
 // "" when the kernel covers these (already validated) args, else "not supported: <why>".
@@ -126,15 +157,49 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   p.q_scale = a.q_scale;
   p.k_inv_scale = 1.0f / a.k_scale;  // fp32(1 / scale), IEEE division, once
   p.q_inv_scale = 1.0f / a.q_scale;
+  const rk_variant_override& ov = rk_variant_overrides();
+  // Zero-copy concat (core/SPEC.md): q_nope is exactly the first Dn columns of q_out.
+  p.skip_q_nope = !ov.no_zero_copy && s.tq > 0 && a.q_nope.data == a.q_out.data &&
+                  a.q_nope.type == a.q_out.type &&
+                  a.q_nope.strides_elems[0] == a.q_out.strides_elems[0] &&
+                  a.q_nope.strides_elems[1] == a.q_out.strides_elems[1];
+  const std::string fast_refusal = rk_fast_q_refusal(p);
+  p.fast_q = fast_refusal.empty();
   const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
-  p.heads_per_block = rk_heads_per_block(s.heads, s.dn, s.dr, vec);
-
   l.empty = s.ts == 0;
   l.grid_x = static_cast<uint32_t>(s.ts);
+  if (p.fast_q) {
+    // Heads per block: the largest power of two that keeps >= rk_fast_target_blocks blocks and
+    // <= rk_fast_max_units units per block. Block size: about `upt` units per thread (1 for
+    // small problems, where latency rules; rk_fast_batch otherwise), whole warps, 64..256.
+    const int64_t units_per_head = (p.skip_q_nope ? 0 : s.dn / 8) + s.dr / 8;
+    int64_t hpb = 1;
+    while (hpb * 2 <= s.heads && s.ts * ((s.heads + hpb * 2 - 1) / (hpb * 2)) >= rk_fast_target_blocks &&
+           hpb * 2 * units_per_head <= rk_fast_max_units)
+      hpb *= 2;
+    if (ov.heads_per_block > 0) hpb = ov.heads_per_block < s.heads ? ov.heads_per_block : s.heads;
+    if ((s.heads + hpb - 1) / hpb > rk_max_grid_y) hpb = (s.heads + rk_max_grid_y - 1) / rk_max_grid_y;
+    const bool small = s.ts * s.heads <= 8 * 132;
+    const int64_t upt = ov.units_per_thread > 0 ? ov.units_per_thread : (small ? 1 : rk_fast_batch);
+    int64_t threads = (hpb * units_per_head + upt - 1) / upt;
+    threads = (threads + 31) / 32 * 32;
+    if (threads < 64) threads = 64;
+    if (threads > rk_max_block_threads) threads = rk_max_block_threads;
+    p.heads_per_block = hpb;
+    l.block_threads = static_cast<uint32_t>(threads);
+    l.variant = "fast_v2(hpb" + std::to_string(hpb) + ",threads" + std::to_string(threads) +
+                ",batch" + std::to_string(rk_fast_batch) + ")";
+  } else {
+    p.heads_per_block = rk_heads_per_block(s.heads, s.dn, s.dr, vec);
+    if (ov.heads_per_block > 0) p.heads_per_block = ov.heads_per_block < s.heads ? ov.heads_per_block : s.heads;
+    if ((s.heads + p.heads_per_block - 1) / p.heads_per_block > rk_max_grid_y)
+      p.heads_per_block = (s.heads + rk_max_grid_y - 1) / rk_max_grid_y;
+    l.block_threads = rk_block_threads;
+    l.variant = "fused_v1(vec" + std::to_string(vec) + ",hpb" + std::to_string(p.heads_per_block) +
+                ",threads" + std::to_string(rk_block_threads) + ")";
+  }
+  if (p.skip_q_nope) l.variant += "+zero_copy";
   l.grid_y = static_cast<uint32_t>((s.heads + p.heads_per_block - 1) / p.heads_per_block);
-  l.block_threads = rk_block_threads;
-  l.variant = "fused_v1(vec" + std::to_string(vec) + ",hpb" + std::to_string(p.heads_per_block) +
-              ",threads" + std::to_string(rk_block_threads) + ")";
   return l;
 }
 

@@ -1,0 +1,202 @@
+// Device-side timing for `ropekv bench` (issue #6): events around graph replays of the op.
+// HIP source; nvcc compiles it through hip_bench.cu. Only HIP names mapped in gpu_compat.h.
+#include "backends/hip/gpu_compat.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/hip/hip_backend.h"
+#include "backends/hip/hip_bench.h"
+#include "core/error.h"
+
+namespace ropekv {
+namespace {
+
+void bcheck(hipError_t e, const char* what) {
+  if (e != hipSuccess) throw error(std::string("hip bench: ") + what + ": " + hipGetErrorString(e));
+}
+
+// Owns device allocations, a stream, events and graphs; frees them on scope exit.
+struct device_scope {
+  std::vector<void*> buffers;
+  hipStream_t stream = nullptr;
+  hipEvent_t start = nullptr, stop = nullptr;
+  hipGraph_t graph = nullptr;
+  hipGraphExec_t exec = nullptr;
+  device_scope() {
+    bcheck(hipStreamCreate(&stream), "hipStreamCreate");
+    bcheck(hipEventCreate(&start), "hipEventCreate");
+    bcheck(hipEventCreate(&stop), "hipEventCreate");
+  }
+  ~device_scope() {
+    if (exec != nullptr) (void)hipGraphExecDestroy(exec);
+    if (graph != nullptr) (void)hipGraphDestroy(graph);
+    (void)hipEventDestroy(start);
+    (void)hipEventDestroy(stop);
+    (void)hipStreamDestroy(stream);
+    for (void* b : buffers) (void)hipFree(b);
+  }
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    bcheck(hipMalloc(&p, bytes), "hipMalloc");
+    buffers.push_back(p);
+    return p;
+  }
+  // Times graph replays: returns per-replay milliseconds.
+  std::vector<double> time_replays(int64_t min_replays, int64_t max_replays, double budget_s) {
+    bcheck(hipGraphInstantiateWithFlags(&exec, graph, 0), "hipGraphInstantiate");
+    for (int i = 0; i < 3; ++i) bcheck(hipGraphLaunch(exec, stream), "hipGraphLaunch (warm-up)");
+    bcheck(hipStreamSynchronize(stream), "warm-up");
+    std::vector<double> ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < max_replays; ++r) {
+      bcheck(hipEventRecord(start, stream), "hipEventRecord");
+      bcheck(hipGraphLaunch(exec, stream), "hipGraphLaunch");
+      bcheck(hipEventRecord(stop, stream), "hipEventRecord");
+      bcheck(hipEventSynchronize(stop), "hipEventSynchronize");
+      float e = 0;
+      bcheck(hipEventElapsedTime(&e, start, stop), "hipEventElapsedTime");
+      ms.push_back(e);
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r + 1 >= min_replays && el > budget_s) break;
+    }
+    return ms;
+  }
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Rebases every present view of `a` from the host regions into one device set.
+op_args rebase_args(const op_args& a, const std::vector<memory_region>& regions,
+                    const std::vector<size_t>& offsets, char* dev) {
+  op_args d = a;
+  auto rebase = [&](tensor_view& v, const char* name) {
+    if (!v.present()) return;
+    const char* p = static_cast<const char*>(v.data);
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const char* b = static_cast<const char*>(regions[i].base);
+      if (p >= b && p < b + regions[i].size_bytes) {
+        v.data = dev + offsets[i] + (p - b);
+        v.on_device = true;
+        return;
+      }
+    }
+    throw arg_error(name, "a view inside one of the memory regions", "a pointer outside them");
+  };
+  rebase(d.q_nope, "q_nope"); rebase(d.q_pe, "q_pe"); rebase(d.kv_c, "kv_c");
+  rebase(d.k_pe, "k_pe"); rebase(d.positions, "positions"); rebase(d.slot_mapping, "slot_mapping");
+  rebase(d.cos_sin, "cos_sin"); rebase(d.cos, "cos"); rebase(d.sin, "sin");
+  rebase(d.q_out, "q_out"); rebase(d.cache, "cache"); rebase(d.ckv_cache, "ckv_cache");
+  rebase(d.kpe_cache, "kpe_cache");
+  return d;
+}
+
+}  // namespace
+
+gpu_device_info hip_device_info() {
+  gpu_device_info info;
+  int dev = 0;
+  hipDeviceProp_t prop;
+  std::memset(&prop, 0, sizeof(prop));
+  bcheck(hipGetDevice(&dev), "hipGetDevice");
+  bcheck(hipGetDeviceProperties(&prop, dev), "hipGetDeviceProperties");
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.l2_bytes = prop.l2CacheSize;
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  (void)hipDriverGetVersion(&info.driver_version);
+  (void)hipRuntimeGetVersion(&info.runtime_version);
+  return info;
+}
+
+gpu_timing hip_bench_op(const op_args& host_args, const std::vector<memory_region>& regions,
+                        const gpu_bench_options& o) {
+  if (o.calls_per_graph < 1) throw arg_error("calls_per_graph", ">= 1", std::to_string(o.calls_per_graph));
+  // One set's layout: every region at the same address modulo 256 as on the host.
+  std::vector<size_t> offsets(regions.size());
+  size_t total = 0;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const size_t host_mod = reinterpret_cast<uintptr_t>(regions[i].base) % 256;
+    total = (total + 255) / 256 * 256 + host_mod;
+    offsets[i] = total;
+    total += regions[i].size_bytes;
+  }
+  total = (total + 255) / 256 * 256;
+  int64_t sets = 1;
+  if (o.cold) {
+    const gpu_device_info info = hip_device_info();
+    const int64_t l2 = info.l2_bytes > 0 ? info.l2_bytes : (int64_t{60} << 20);
+    sets = std::max<int64_t>(2, (3 * l2 + static_cast<int64_t>(total) - 1) / static_cast<int64_t>(total));
+    size_t free_b = 0, total_b = 0;
+    bcheck(hipMemGetInfo(&free_b, &total_b), "hipMemGetInfo");
+    const int64_t fit = static_cast<int64_t>(free_b / 2 / total);
+    sets = std::min<int64_t>({sets, fit, o.calls_per_graph, 256});
+    if (sets < 2) throw error("hip bench: --cold needs two input sets in device memory; this case is too large");
+  }
+  device_scope ds;
+  std::vector<op_args> set_args;
+  for (int64_t s = 0; s < sets; ++s) {
+    char* dev = static_cast<char*>(ds.alloc(total));
+    for (size_t i = 0; i < regions.size(); ++i)
+      bcheck(hipMemcpy(dev + offsets[i], regions[i].base, regions[i].size_bytes, hipMemcpyHostToDevice),
+             "hipMemcpy to device");
+    set_args.push_back(rebase_args(host_args, regions, offsets, dev));
+  }
+  gpu_timing t;
+  t.variant = hip_variant(set_args[0]);
+  // One eager launch first: errors surface outside capture.
+  hip_launch(set_args[0], ds.stream);
+  bcheck(hipStreamSynchronize(ds.stream), "first launch");
+  bcheck(hipStreamBeginCapture(ds.stream, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
+  try {
+    for (int64_t i = 0; i < o.calls_per_graph; ++i) hip_launch(set_args[i % sets], ds.stream);
+  } catch (...) {
+    hipGraph_t g = nullptr;
+    (void)hipStreamEndCapture(ds.stream, &g);
+    if (g != nullptr) (void)hipGraphDestroy(g);
+    throw;
+  }
+  bcheck(hipStreamEndCapture(ds.stream, &ds.graph), "hipStreamEndCapture");
+  const std::vector<double> ms = ds.time_replays(o.min_replays, o.max_replays, o.budget_s);
+  const double per = 1000.0 / static_cast<double>(o.calls_per_graph);  // ms per replay -> us per call
+  t.us_median = median_of(ms) * per;
+  t.us_min = *std::min_element(ms.begin(), ms.end()) * per;
+  t.us_max = *std::max_element(ms.begin(), ms.end()) * per;
+  t.calls_per_graph = o.calls_per_graph;
+  t.replays = static_cast<int64_t>(ms.size());
+  t.input_sets = sets;
+  t.set_bytes = static_cast<int64_t>(total);
+  return t;
+}
+
+gpu_copy_timing hip_bench_copy(int64_t bytes, int64_t replays) {
+  if (bytes < 1) throw arg_error("copy bytes", ">= 1", std::to_string(bytes));
+  device_scope ds;
+  void* src = ds.alloc(static_cast<size_t>(bytes));
+  void* dst = ds.alloc(static_cast<size_t>(bytes));
+  bcheck(hipMemset(src, 1, static_cast<size_t>(bytes)), "hipMemset");
+  bcheck(hipMemset(dst, 0, static_cast<size_t>(bytes)), "hipMemset");
+  bcheck(hipDeviceSynchronize(), "hipMemset");
+  bcheck(hipStreamBeginCapture(ds.stream, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
+  bcheck(hipMemcpyAsync(dst, src, static_cast<size_t>(bytes), hipMemcpyDeviceToDevice, ds.stream),
+         "hipMemcpyAsync");
+  bcheck(hipStreamEndCapture(ds.stream, &ds.graph), "hipStreamEndCapture");
+  const std::vector<double> ms = ds.time_replays(replays, replays, 0.0);
+  gpu_copy_timing c;
+  c.bytes = bytes;
+  c.us_median = median_of(ms) * 1000.0;
+  c.gbps = 2.0 * static_cast<double>(bytes) / (c.us_median * 1e-6) / 1e9;
+  return c;
+}
+
+}  // namespace ropekv

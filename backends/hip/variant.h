@@ -1,0 +1,23 @@
+// Kernel-variant overrides for benchmarking and testing (issue #6): plain C++, no GPU header,
+// so tools/ can set them. launch_plan.h reads them when it builds a launch (hip and sim alike).
+// Defaults (all zero) = the plan's own choice.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ropekv_gpu {
+
+struct rk_variant_override {
+  int32_t force_general = 0;     // 1: never take the fast q path
+  int64_t heads_per_block = 0;   // > 0: this many heads per block (fast and general paths)
+  int64_t units_per_thread = 0;  // > 0: fast path block size = units / this (rounded to 32)
+  int32_t no_zero_copy = 0;      // 1: copy q_nope onto q_out even when it is q_out itself
+};
+
+// The process-wide override (not thread-safe to change while launches are being planned).
+inline rk_variant_override& rk_variant_overrides() {
+  static rk_variant_override v;
+  return v;
+}
+
+}  // namespace ropekv_gpu
