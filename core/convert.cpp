@@ -11,6 +11,14 @@
 
 #include "core/error.h"
 
+// The row-wise loops are plain C++ that compilers vectorize; where GCC can dispatch at load
+// time (x86-64 Linux), they are also built for AVX2 and the CPU picks the version it can run.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ROPEKV_ROW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ROPEKV_ROW_CLONES
+#endif
+
 namespace ropekv {
 
 namespace {
@@ -193,7 +201,7 @@ bool is_nan_bits(dtype t, uint32_t bits) {
   return magnitude == (l.exp_mask | l.man_mask);  // e4m3fn
 }
 
-void decode_row_to_f32(dtype t, const void* src, float* dst, int64_t n) {
+ROPEKV_ROW_CLONES void decode_row_to_f32(dtype t, const void* src, float* dst, int64_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(src);
   switch (t) {
     case dtype::f32:
@@ -245,35 +253,41 @@ struct row_encode_consts {
 // arithmetic on its bits: add just under half a quantum plus the lowest kept bit, drop the
 // DropBits = 52 - man_bits low bits (a carry moves into the exponent, which is the next binade,
 // exactly), then rebias the exponent. A result beyond max_bits is an overflow, as in
-// encode_from_f64 (rounded value > max_finite; inf included). NaN, zero and subnormal results
-// take the scalar encode_from_f64. DropBits is a template argument so that the shifts are
-// immediates, and the constants are copied into locals so that they stay in registers.
+// encode_from_f64 (rounded value > max_finite; inf included). The first pass does that for
+// every element without branches (so compilers vectorize it); a second pass, only when the
+// row holds one, re-encodes NaN, zero and subnormal results with the scalar encode_from_f64.
+// DropBits is a template argument so that the shifts are immediates; the constants are
+// copied into locals so that they stay in registers.
 template <int DropBits, typename Code>
-void encode_row_loop(const row_encode_consts& k, const double* src, uint8_t* out, int64_t n) {
+ROPEKV_ROW_CLONES void encode_row_loop(const row_encode_consts& k, const double* src, uint8_t* out, int64_t n) {
   constexpr uint64_t below_half = (uint64_t{1} << (DropBits - 1)) - 1;
-  const dtype type = k.type;
-  const overflow_mode mode = k.mode;
-  const double min_normal = k.min_normal;
-  const uint64_t rebias = k.rebias, max_bits = k.max_bits;
-  const uint32_t sign_bit = k.sign_bit, overflow_pos = k.overflow_pos, overflow_neg = k.overflow_neg;
+  constexpr int64_t abs_mask = INT64_MAX, inf_bits_f64 = 0x7ff0000000000000;
+  int64_t min_normal_bits;
+  std::memcpy(&min_normal_bits, &k.min_normal, 8);
+  const uint64_t rebias = k.rebias;
+  const int64_t max_bits = static_cast<int64_t>(k.max_bits);
+  const int64_t sign_bit = k.sign_bit, overflow_pos = k.overflow_pos, overflow_neg = k.overflow_neg;
+  int64_t specials = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = src[i];
-    const double a = std::fabs(v);
-    uint32_t code;
-    if (!(a >= min_normal)) {
-      code = encode_from_f64(type, v, mode);  // NaN, 0, subnormal
-    } else {
-      uint64_t bits;
-      std::memcpy(&bits, &a, 8);
-      const uint64_t magnitude = ((bits + below_half + ((bits >> DropBits) & 1u)) >> DropBits) - rebias;
-      const bool negative = std::signbit(v);
-      if (magnitude > max_bits) {
-        code = negative ? overflow_neg : overflow_pos;
-      } else {
-        code = (negative ? sign_bit : 0u) | static_cast<uint32_t>(magnitude);
-      }
-    }
+    int64_t bits;
+    std::memcpy(&bits, src + i, 8);
+    const int64_t a = bits & abs_mask;  // |v|, as bits (ordered like the values)
+    const bool negative = bits < 0;
+    // unsigned: a NaN's bits may wrap (its code is redone below); the magnitude of every other
+    // element is small and fits an int64
+    const uint64_t ua = static_cast<uint64_t>(a);
+    const int64_t magnitude = static_cast<int64_t>(((ua + below_half + ((ua >> DropBits) & 1u)) >> DropBits) - rebias);
+    const int64_t overflow = negative ? overflow_neg : overflow_pos;
+    const int64_t code = magnitude > max_bits ? overflow : (magnitude | (negative ? sign_bit : 0));
+    specials += (a < min_normal_bits) | (a > inf_bits_f64);  // 0, subnormal; NaN
     const Code c = static_cast<Code>(code);
+    std::memcpy(out + sizeof(Code) * static_cast<size_t>(i), &c, sizeof(Code));
+  }
+  if (specials == 0) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(src[i]);
+    if (a >= k.min_normal && a <= INFINITY) continue;
+    const Code c = static_cast<Code>(encode_from_f64(k.type, src[i], k.mode));
     std::memcpy(out + sizeof(Code) * static_cast<size_t>(i), &c, sizeof(Code));
   }
 }
@@ -323,7 +337,7 @@ void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overf
   throw error("encode_row_from_f64: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 
-void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n) {
+ROPEKV_ROW_CLONES void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n) {
   const layout l = layout_of(t);  // throws for non-float dtypes
   const size_t es = dtype_size_bytes(t);
   uint8_t* p = static_cast<uint8_t*>(dst);
