@@ -296,9 +296,18 @@ void write_golden_npy(const std::string& dir, const case_data& before, const cas
 }
 
 golden_file read_golden(const std::string& path) {
+  // A directory opens as an ifstream on Linux; reading it throws a libstdc++ message without the
+  // path. Name it here.
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(path, dir_ec)) file_error(path, "", "a golden file", "a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) file_error(path, "", "a readable golden file", std::strerror(errno));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    file_error(path, "", "a readable golden file", e.what());
+  }
   if (in.bad()) file_error(path, "", "a readable golden file", "a read error");
   const uint64_t size = bytes.size();
   if (size < 8)

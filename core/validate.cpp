@@ -80,10 +80,75 @@ void check_tensor(const tensor_view& v, const char* name, int rank,
     throw arg_error(fmt::format("{}.strides[{}]", name, rank - 1), "1 (innermost contiguous)",
                     std::to_string(v.strides_elems[rank - 1]));
   }
+  // Element count and byte extent in int64, with overflow checks: a view whose extent does not
+  // fit (block stride 2^62, 2^62 table rows) would make every later offset computation wrap.
+  int64_t numel = 1;
+  bool empty = false;
+  for (int d = 0; d < rank; ++d) empty = empty || v.shape[d] == 0;
+  if (!empty) {
+    int64_t last_elems = 0;  // offset of the last element
+    for (int d = 0; d < rank; ++d) {
+      int64_t span = 0;
+      if (__builtin_mul_overflow(v.shape[d] - 1, v.strides_elems[d], &span) ||
+          __builtin_add_overflow(last_elems, span, &last_elems)) {
+        throw arg_error(name, "a byte extent that fits in int64", "overflow");
+      }
+    }
+    const int64_t es = static_cast<int64_t>(dtype_size_bytes(v.type));
+    int64_t extent_bytes = 0;
+    if (__builtin_add_overflow(last_elems, int64_t{1}, &extent_bytes) ||
+        __builtin_mul_overflow(extent_bytes, es, &extent_bytes)) {
+      throw arg_error(name, "a byte extent that fits in int64", "overflow");
+    }
+    // An input may alias itself (broadcast, stride 0): its element count is checked on its own.
+    for (int d = 0; d < rank; ++d) {
+      if (__builtin_mul_overflow(numel, v.shape[d], &numel)) {
+        throw arg_error(name, "an element count that fits in int64", "overflow " + view_shape(v));
+      }
+    }
+    // A tensor with elements needs memory; one without may have a null pointer.
+    if (v.data == nullptr) throw arg_error(std::string(name) + ".data", "non-null", "null");
+    uintptr_t end = 0;
+    if (__builtin_add_overflow(reinterpret_cast<uintptr_t>(v.data), static_cast<uintptr_t>(extent_bytes),
+                               &end)) {
+      throw arg_error(name, fmt::format("{} bytes from address {} inside the address space", extent_bytes, v.data),
+                      "a range that wraps around");
+    }
+  }
   const size_t align = dtype_size_bytes(v.type);
   if (v.data != nullptr && reinterpret_cast<uintptr_t>(v.data) % align != 0) {
     throw arg_error(name, fmt::format("data aligned to {} bytes", align),
                     fmt::format("address {}", v.data));
+  }
+}
+
+// An output view must not map two distinct indices to one element (two writes would race, or
+// one would be lost). Sufficient check (the "non-overlapping" test of PyTorch's
+// is_non_overlapping_and_dense family, without density): take the dims of extent > 1, innermost
+// first (stride 1), then by increasing stride; each stride must reach past the span of the dims
+// before it. It rejects a few exotic interleaved layouts that do not alias; no real caller uses them.
+void check_no_self_overlap(const tensor_view& v, const char* name) {
+  std::vector<int> dims;
+  for (int d = 0; d < v.rank; ++d) {
+    if (v.shape[d] == 0) return;  // no element, nothing to alias
+    if (v.shape[d] > 1) dims.push_back(d);
+  }
+  const int inner = v.rank - 1;
+  std::stable_sort(dims.begin(), dims.end(), [&](int a, int b) {
+    if ((a == inner) != (b == inner)) return a == inner;
+    return v.strides_elems[a] < v.strides_elems[b];
+  });
+  int64_t span_elems = 1;  // elements spanned by the dims already placed (fits: extent checked)
+  std::string inside;
+  for (int d : dims) {
+    if (v.strides_elems[d] < span_elems) {
+      throw arg_error(fmt::format("{}.strides[{}]", name, d),
+                      fmt::format(">= {} (span of dims {}: an output must not alias itself)", span_elems,
+                                  inside.empty() ? "none" : inside),
+                      std::to_string(v.strides_elems[d]));
+    }
+    span_elems += (v.shape[d] - 1) * v.strides_elems[d];
+    inside += (inside.empty() ? "" : ",") + std::to_string(d);
   }
 }
 
@@ -198,10 +263,19 @@ void check_cache_entries(const tensor_view& v, const char* name) {
                     std::to_string(es));
   }
   const int64_t entry_pitch = bs > 1 ? es : width;
-  if (nb > 1 && bstride < bs * entry_pitch) {
+  int64_t block_elems = 0;
+  if (__builtin_mul_overflow(bs, entry_pitch, &block_elems)) {
+    throw arg_error(fmt::format("{}.strides[1]", name), "block_size x entry stride that fits in int64",
+                    "overflow");
+  }
+  if (nb > 1 && bstride < block_elems) {
     throw arg_error(fmt::format("{}.strides[0]", name),
-                    fmt::format(">= {} (block_size x entry stride)", bs * entry_pitch),
+                    fmt::format(">= {} (block_size x entry stride)", block_elems),
                     std::to_string(bstride));
+  }
+  int64_t capacity_slots = 0;
+  if (__builtin_mul_overflow(nb, bs, &capacity_slots)) {
+    throw arg_error(fmt::format("{}.shape", name), "num_blocks x block_size that fits in int64", "overflow");
   }
 }
 
@@ -312,7 +386,11 @@ void validate(const op_args& args, bool check_values) {
   check_shape(args.kv_c, "kv_c", {tk, dn});
   check_shape(args.k_pe, "k_pe", {tk, dr});
   check_shape(args.positions, "positions", {tk});
-  check_shape(args.q_out, "q_out", {tq, heads, dn + dr});
+  int64_t row_width = 0;
+  if (__builtin_add_overflow(dn, dr, &row_width)) {
+    throw arg_error("q_nope.shape[2]", "Dn + Dr that fits in int64", "overflow");
+  }
+  check_shape(args.q_out, "q_out", {tq, heads, row_width});
   if (tq > ts) {
     throw arg_error("q_nope.shape[0]", fmt::format("<= {} (Ts, slot_mapping.shape[0])", ts),
                     std::to_string(tq));
@@ -337,7 +415,7 @@ void validate(const op_args& args, bool check_values) {
   if (opt.layout == cache_layout::joint) {
     const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
     if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
-    check_shape(args.cache, "cache", {nb, bs, dn + dr});
+    check_shape(args.cache, "cache", {nb, bs, row_width});
     check_cache_entries(args.cache, "cache");
   } else {
     const int64_t nb = args.ckv_cache.shape[0], bs = args.ckv_cache.shape[1];
@@ -371,6 +449,8 @@ void validate(const op_args& args, bool check_values) {
     inputs.push_back({"cos", &args.cos});
     inputs.push_back({"sin", &args.sin});
   }
+  // No output may alias itself (the caches' entries were checked above, with their own message).
+  for (const named_view& out : outputs) check_no_self_overlap(*out.view, out.name);
   const bool q_nope_is_q_out_prefix =
       args.q_nope.data == args.q_out.data && args.q_nope.type == args.q_out.type &&
       args.q_nope.strides_elems[0] == args.q_out.strides_elems[0] &&

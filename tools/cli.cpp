@@ -378,6 +378,27 @@ int cmd_golden_check(cli_state& st, const std::string& file, const std::string& 
   return (c.failed + c.errored) > 0 ? 1 : 0;
 }
 
+// CLI11 files an unknown subcommand name among the extras and then reports only "A subcommand
+// is required". After a failed parse: the deepest subcommand parsed that has subcommands of its
+// own, none of them chosen, and a leftover word: that word is an unknown subcommand. "" otherwise.
+std::string unknown_subcommand_message(CLI::App& app) {
+  CLI::App* level = &app;
+  std::string where;
+  while (!level->get_subcommands().empty()) {
+    level = level->get_subcommands().front();
+    where += level->get_name() + " ";
+  }
+  const std::vector<CLI::App*> known = level->get_subcommands([](CLI::App*) { return true; });
+  if (known.empty()) return "";
+  for (const std::string& word : level->remaining()) {
+    if (word.empty() || word[0] == '-') continue;
+    std::string names;
+    for (const CLI::App* k : known) names += (names.empty() ? "" : ", ") + k->get_name();
+    return fmt::format("unknown {}subcommand '{}' (expected one of: {})", where, word, names);
+  }
+  return "";
+}
+
 int run_cli(const std::vector<std::string>& args, cli_state& st) {
   CLI::App app{"ropekv: the fused MLA op (RoPE + paged KV-cache write + q concat), its CPU reference,\n"
                "differential fuzzing of GPU kernels against it, and golden data.",
@@ -463,11 +484,15 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e, st.out, st.err);
   } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& c : msg) {
-      if (c == '\n') c = ' ';
+    std::string msg = unknown_subcommand_message(app);
+    if (msg.empty()) {
+      msg = e.what();
+      for (char& c : msg) {
+        if (c == '\n') c = ' ';
+      }
+      msg += " (see ropekv --help)";
     }
-    st.err << "ropekv: error: " << msg << " (see ropekv --help)\n";
+    st.err << "ropekv: error: " << msg << "\n";
     return 2;
   }
 

@@ -3,6 +3,7 @@
 // they were. Run through the reference backend's run_host, as a user would.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -241,6 +242,83 @@ TEST_CASE("validate: outputs overlapping outputs or inputs") {
   for (const auto& ec : cases) run_error_case(ec);
 }
 
+TEST_CASE("validate: outputs that alias themselves") {
+  // q_out [2, 2, 6] strides [12, 6, 1]; q_pe [2, 2, 4] [8, 4, 1]; k_pe [3, 4] [4, 1].
+  const std::string no_alias = ": an output must not alias itself)";
+  const std::vector<error_case> cases = {
+      {"q_out head stride 0", nullptr, [](hand_case&, op_args& a) { a.q_out.strides_elems[1] = 0; },
+       "q_out.strides[1]", ">= 6 (span of dims 2" + no_alias, "0"},
+      {"q_out head stride 5 < row width", nullptr, [](hand_case&, op_args& a) { a.q_out.strides_elems[1] = 5; },
+       "q_out.strides[1]", ">= 6 (span of dims 2" + no_alias, "5"},
+      {"q_out token stride 0", nullptr, [](hand_case&, op_args& a) { a.q_out.strides_elems[0] = 0; },
+       "q_out.strides[0]", ">= 6 (span of dims 2" + no_alias, "0"},
+      {"q_out token stride 11 < H x row", nullptr, [](hand_case&, op_args& a) { a.q_out.strides_elems[0] = 11; },
+       "q_out.strides[0]", ">= 12 (span of dims 2,1" + no_alias, "11"},
+      {"q_out token stride == head stride", nullptr,
+       [](hand_case&, op_args& a) { a.q_out.strides_elems[0] = 6; },
+       "q_out.strides[1]", ">= 12 (span of dims 2,0" + no_alias, "6"},
+      {"head-major q_out whose heads overlap", nullptr,
+       [](hand_case&, op_args& a) { a.q_out.strides_elems = {6, 11, 1}; },
+       "q_out.strides[1]", ">= 12 (span of dims 2,0" + no_alias, "11"},
+      {"in-place q_pe token stride 0", nullptr, [](hand_case&, op_args& a) { a.q_pe.strides_elems[0] = 0; },
+       "q_pe.strides[0]", ">= 4 (span of dims 2" + no_alias, "0"},
+      {"in-place k_pe token stride 3 < Dr", nullptr, [](hand_case&, op_args& a) { a.k_pe.strides_elems[0] = 3; },
+       "k_pe.strides[0]", ">= 4 (span of dims 1" + no_alias, "3"},
+  };
+  for (const auto& ec : cases) run_error_case(ec);
+}
+
+TEST_CASE("validate: extents that overflow int64, null data, wrapping address ranges") {
+  const int64_t big = int64_t{1} << 62;
+  const std::vector<error_case> cases = {
+      {"cache block stride 2^62", nullptr, [big](hand_case&, op_args& a) { a.cache.strides_elems[0] = big; },
+       "cache", "a byte extent that fits in int64", "overflow"},
+      {"q_out token stride 2^61 (f32: 2^63 bytes)", nullptr,
+       [](hand_case&, op_args& a) { a.q_out.strides_elems[0] = int64_t{1} << 61; },
+       "q_out", "a byte extent that fits in int64", "overflow"},
+      {"q_out token stride 2^63 - 1", nullptr,
+       [](hand_case&, op_args& a) { a.q_out.strides_elems[0] = INT64_MAX; },
+       "q_out", "a byte extent that fits in int64", "overflow"},
+      {"cos_sin with 2^62 rows", nullptr, [big](hand_case&, op_args& a) { a.cos_sin.shape[0] = big; },
+       "cos_sin", "a byte extent that fits in int64", "overflow"},
+      {"kv_c row stride 2^62 (an input)", nullptr, [big](hand_case&, op_args& a) { a.kv_c.strides_elems[0] = big; },
+       "kv_c", "a byte extent that fits in int64", "overflow"},
+      {"split: ckv_cache entry stride 2^62", [](hand_case& c) { c.opt.layout = cache_layout::split; },
+       [big](hand_case&, op_args& a) { a.ckv_cache.strides_elems[1] = big; },
+       "ckv_cache", "a byte extent that fits in int64", "overflow"},
+      {"broadcast q_nope of 2^64 elements", nullptr,
+       [](hand_case&, op_args& a) {
+         a.q_nope.shape[0] = a.q_nope.shape[1] = int64_t{1} << 32;
+         a.q_nope.strides_elems[0] = a.q_nope.strides_elems[1] = 0;
+       },
+       "q_nope", "an element count that fits in int64", "overflow [4294967296, 4294967296, 2]"},
+      {"Dn + Dr overflows (Tq = Ts = Tk = 0)", nullptr,
+       [](hand_case&, op_args& a) {
+         a.q_nope.shape = {0, 2, INT64_MAX};
+         a.q_pe.shape[0] = 0;
+         a.kv_c.shape = {0, INT64_MAX};
+         a.k_pe.shape[0] = a.positions.shape[0] = a.slot_mapping.shape[0] = 0;
+         a.q_out.shape[0] = 0;
+       },
+       "q_nope.shape[2]", "Dn + Dr that fits in int64", "overflow"},
+      {"q_out data null", nullptr, [](hand_case&, op_args& a) { a.q_out.data = nullptr; },
+       "q_out.data", "non-null", "null"},
+      {"cache data null", nullptr, [](hand_case&, op_args& a) { a.cache.data = nullptr; },
+       "cache.data", "non-null", "null"},
+      {"in-place q_pe data null", nullptr, [](hand_case&, op_args& a) { a.q_pe.data = nullptr; },
+       "q_pe.data", "non-null", "null"},
+      {"positions data null", nullptr, [](hand_case&, op_args& a) { a.positions.data = nullptr; },
+       "positions.data", "non-null", "null"},
+      {"split: kpe_cache data null", [](hand_case& c) { c.opt.layout = cache_layout::split; },
+       [](hand_case&, op_args& a) { a.kpe_cache.data = nullptr; },
+       "kpe_cache.data", "non-null", "null"},
+      {"q_out range wraps past the end of the address space", nullptr,
+       [](hand_case&, op_args& a) { a.q_out.data = reinterpret_cast<void*>(UINTPTR_MAX - 7); },
+       "q_out", "96 bytes from address 0xfffffffffffffff8 inside the address space", "a range that wraps around"},
+  };
+  for (const auto& ec : cases) run_error_case(ec);
+}
+
 TEST_CASE("validate: scales") {
   const std::vector<error_case> cases = {
       {"k_scale NaN", [](hand_case& c) { c.k_scale = nan_f; }, nullptr, "k_scale", "finite and > 0", "nan"},
@@ -340,6 +418,45 @@ TEST_CASE("validate: accepted calls") {
     CHECK(c.q_out_at(1, 1, 0) == 106);
     CHECK(c.q_out_at(1, 1, 1) == 107);
     CHECK(c.q_out_at(1, 1, 2) == 212);  // identity table: rope(q_pe) = q_pe
+  }
+  SUBCASE("a head-major q_out ([H, Tq, Dn + Dr] memory) is a valid output") {
+    hand_case c = base_case();
+    op_args a = c.args();
+    a.q_out.strides_elems = {6, 12, 1};  // token t, head h at (h * Tq + t) * 6
+    REQUIRE_NOTHROW(be->run_host(a, {}));
+    // identity table: q_out[t=1, h=0] = [q_nope[1, 0] | q_pe[1, 0]], stored at row 1
+    const float* q = reinterpret_cast<const float*>(c.q_out.data());
+    CHECK(q[6 + 0] == 104);
+    CHECK(q[6 + 2] == 208);
+  }
+  SUBCASE("inputs may alias themselves: q_nope broadcast over heads, q_pe over tokens") {
+    hand_case c = base_case();
+    c.opt.inplace_q = false;
+    op_args a = c.args();
+    a.q_nope.strides_elems[1] = 0;  // every head reads head 0's row
+    a.q_pe.strides_elems[0] = 0;    // every token reads token 0's rows
+    REQUIRE_NOTHROW(be->run_host(a, {}));
+    CHECK(c.q_out_at(1, 1, 0) == 104);  // q_nope[1, 0, 0]
+    CHECK(c.q_out_at(1, 1, 2) == 204);  // q_pe[0, 1, 0]
+  }
+  SUBCASE("an output of extent 1 in a dim may have any stride there") {
+    hand_case c = base_case();
+    c.tq = 1;
+    c.init();
+    op_args a = c.args();
+    a.q_out.strides_elems[0] = 0;  // one token: its stride is never used
+    CHECK_NOTHROW(be->run_host(a, {}));
+  }
+  SUBCASE("tensors without elements may have null data") {
+    hand_case c = base_case();
+    c.tq = 0;
+    c.init();
+    op_args a = c.args();
+    a.q_out.data = nullptr;
+    a.q_nope.data = nullptr;
+    a.q_pe.data = nullptr;
+    REQUIRE_NOTHROW(be->run_host(a, {}));
+    CHECK(c.cache_at(1, 0) == 302);  // the cache is still written
   }
   SUBCASE("q_pe in place next to q_nope in one [Tq, H, Dn + Dr] buffer") {
     hand_case c = base_case();
