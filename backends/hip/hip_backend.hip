@@ -69,6 +69,11 @@ class hip_backend final : public backend {
     op_args d = args;
     auto rebase = [&](tensor_view& v, const char* name) {
       if (!v.present()) return;
+      if (v.numel() == 0) {  // never dereferenced; its pointer may lie past an empty buffer
+        v.data = dev;
+        v.on_device = true;
+        return;
+      }
       const char* p = static_cast<const char*>(v.data);
       for (size_t i = 0; i < regions.size(); ++i) {
         const char* b = static_cast<const char*>(regions[i].base);
