@@ -461,7 +461,7 @@ TEST_CASE("bad-input catalog: each malformed call names its argument and writes 
     for (const std::string& be_name : backends) {
       auto be = find_backend(be_name)();
       const std::string problems = run_row(bc, *be);
-      CHECK_MESSAGE(problems.empty(), "case [" << index << "] " << bc.name << " on backend " << be_name
+      CHECK_MESSAGE(problems.empty(), "case [" << index << "] " << std::string(bc.name) << " on backend " << be_name
                                                << ":\n" << problems);
     }
   }
