@@ -1,0 +1,227 @@
+// Issue #6: the kernel's fast q path and zero-copy concat (through the sim), the byte count of
+// `ropekv bench`, and `ropekv bench` itself on the CPU backends.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/hip/variant.h"
+#include "backends/sim/sim_backend.h"
+#include "core/case_data.h"
+#include "core/compare.h"
+#include "core/presets.h"
+#include "core/problem.h"
+#include "tools/bench.h"
+
+namespace {
+
+using namespace ropekv;
+
+// Restores the kernel variant overrides when a test ends (even on failure).
+struct override_guard {
+  explicit override_guard(const ropekv_gpu::rk_variant_override& v) { ropekv_gpu::rk_variant_overrides() = v; }
+  ~override_guard() { ropekv_gpu::rk_variant_overrides() = {}; }
+};
+
+struct run_out {
+  case_report report;
+  std::string variant;
+  case_data got;
+};
+
+// Reference vs sim on copies of one case (zero-copy concat applied to all three when asked).
+run_out ref_vs_sim(const problem& p, bool zero_copy, void (*edit)(case_data&) = nullptr) {
+  case_data initial = make_case(p);
+  if (edit != nullptr) edit(initial);
+  if (zero_copy) apply_zero_copy(initial);
+  case_data ref = initial.clone();
+  case_data got = initial.clone();
+  if (zero_copy) {
+    point_q_nope_into_q_out(ref);
+    point_q_nope_into_q_out(got);
+  }
+  auto cpu = make_cpu_backend();
+  auto sim = make_sim_backend();
+  cpu->run_host(ref.args, ref.regions());
+  sim->run_host(got.args, got.regions());
+  compare_options opt;
+  return {compare_runs(initial, ref, got, opt), sim->last_variant(), std::move(got)};
+}
+
+// Byte-for-byte equality of two runs' buffers.
+bool same_bytes(case_data& a, case_data& b) {
+  for (auto& [name, buf] : a.buffers) {
+    host_buffer& other = b.buffers.at(name);
+    if (buf.raw_size_bytes() != other.raw_size_bytes()) return false;
+    if (std::memcmp(buf.raw(), other.raw(), buf.raw_size_bytes()) != 0) return false;
+  }
+  return true;
+}
+
+const char* fast_cases[] = {
+    "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1",
+    "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+    "tq=4 ts=4 tk=4 h=8 in=f16 qo=f16 cache=fp8_e4m3fn k_scale=0.5 nb=1 table_dtype=f32",
+    "tq=4 ts=5 tk=6 h=5 in=bf16 qo=bf16 cache=fp8_e5m2 nb=1 table=two inplace_q=1 style=neox",
+    "tq=6 ts=6 tk=6 h=3 in=bf16 qo=bf16 cache=bf16 nb=1 pad_slots=2 pad_q=skipped pos_oob=clamp",
+    "tq=2 ts=2 tk=2 h=4 dn=24 dr=16 in=bf16 qo=bf16 cache=bf16 nb=1 q_layout=head_major",
+};
+
+}  // namespace
+
+TEST_CASE("fast q path: sim passes against the reference and selects fast_v2") {
+  for (const char* r : fast_cases) {
+    const problem p = parse_problem(r);
+    for (bool zc : {false, true}) {
+      const run_out o = ref_vs_sim(p, zc);
+      INFO(r, " zero_copy=", zc);
+      INFO(format_case_report(o.report, true));
+      CHECK(o.report.outcome == case_outcome::passed);
+      CHECK(o.variant.rfind("fast_v2", 0) == 0);
+      CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+    }
+  }
+}
+
+TEST_CASE("fast q path and general path write identical bytes (sim)") {
+  for (const char* r : fast_cases) {
+    const problem p = parse_problem(r);
+    case_data initial = make_case(p);
+    case_data fast = initial.clone();
+    case_data general = initial.clone();
+    auto sim = make_sim_backend();
+    sim->run_host(fast.args, fast.regions());
+    CHECK(sim->last_variant().rfind("fast_v2", 0) == 0);
+    {
+      ropekv_gpu::rk_variant_override ov;
+      ov.force_general = 1;
+      override_guard g(ov);
+      sim->run_host(general.args, general.regions());
+      CHECK(sim->last_variant().rfind("fused_v1", 0) == 0);
+    }
+    INFO(r);
+    CHECK(same_bytes(fast, general));
+  }
+}
+
+TEST_CASE("fast q path: heads-per-block and block-size overrides keep the bytes") {
+  const problem p = parse_problem("tq=3 ts=3 tk=3 h=13 in=bf16 qo=bf16 cache=bf16 nb=1");
+  case_data initial = make_case(p);
+  case_data want = initial.clone();
+  auto sim = make_sim_backend();
+  sim->run_host(want.args, want.regions());
+  for (int64_t hpb : {1, 2, 5, 13}) {
+    for (int64_t upt : {1, 3, 8}) {
+      ropekv_gpu::rk_variant_override ov;
+      ov.heads_per_block = hpb;
+      ov.units_per_thread = upt;
+      override_guard g(ov);
+      case_data got = initial.clone();
+      sim->run_host(got.args, got.regions());
+      INFO("hpb=", hpb, " upt=", upt, " ", sim->last_variant());
+      CHECK(same_bytes(want, got));
+    }
+  }
+}
+
+TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the reference") {
+  const problem p = parse_problem("tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1");
+  auto plant = [](case_data& c) {
+    uint16_t* q = static_cast<uint16_t*>(c.args.q_nope.data);
+    q[0] = 0x7f81;  // signalling-style payload
+    q[9] = 0xffd3;  // negative NaN with payload
+    q[17] = 0x7f80; // +inf stays
+  };
+  const run_out o = ref_vs_sim(p, false, plant);
+  INFO(format_case_report(o.report, true));
+  CHECK(o.report.outcome == case_outcome::passed);
+  CHECK(o.variant.rfind("fast_v2", 0) == 0);
+  const uint16_t* out = static_cast<const uint16_t*>(o.got.args.q_out.data);
+  CHECK(out[0] == 0x7fc0);
+  CHECK(out[9] == 0xffc0);
+  CHECK(out[17] == 0x7f80);
+}
+
+TEST_CASE("fast q path refused on misaligned rows and mixed dtypes") {
+  for (const char* r : {"tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 row_pad=1",
+                        "tq=2 ts=2 tk=2 h=4 in=bf16 qo=f32 cache=bf16 nb=1",
+                        "tq=2 ts=2 tk=2 h=4 dn=20 in=bf16 qo=bf16 cache=bf16 nb=1",
+                        "tq=2 ts=2 tk=2 h=4 in=f32 qo=f32 cache=bf16 nb=1"}) {
+    const run_out o = ref_vs_sim(parse_problem(r), false);
+    INFO(r, " ", o.variant);
+    CHECK(o.report.outcome == case_outcome::passed);
+    CHECK(o.variant.rfind("fused_v1", 0) == 0);
+  }
+}
+
+TEST_CASE("bench byte count: deepseek-v3, 1 token, bf16 (exact) and zero-copy") {
+  case_data c = make_case(preset_problem("deepseek-v3", 1));
+  const bench_bytes b = count_bytes(c.args);
+  // q_nope 128*512*2 + q_pe 128*64*2 + kv_c 512*2 + k_pe 64*2 + pos 8 + slot 8 + table row 64*2
+  CHECK(b.read == 131072 + 16384 + 1024 + 128 + 8 + 8 + 128);
+  // q_out 128*576*2 + cache entry 576*2
+  CHECK(b.written == 147456 + 1152);
+  apply_zero_copy(c);
+  const bench_bytes z = count_bytes(c.args);
+  CHECK(z.read == b.read - 131072);
+  CHECK(z.written == b.written - 131072);
+}
+
+TEST_CASE("bench byte count: padding, fp8 cache, distinct positions") {
+  problem p = parse_problem("tq=4 ts=6 tk=6 h=2 in=bf16 qo=bf16 cache=fp8_e4m3fn nb=1 pad_slots=2 pad_q=skipped positions=same");
+  case_data c = make_case(p);
+  const bench_bytes b = count_bytes(c.args);
+  // 4 used tokens (2 padded, q skipped); with pad at the tail both padded tokens are t = 4, 5
+  // (q rows only t < 4 exist): q rows 4, k rows 4, one distinct position
+  const int64_t q_rows = 4, k_rows = 4;
+  CHECK(b.read == 6 * 8 + 4 * 8 + 1 * 64 * 2 + q_rows * 2 * 576 * 2 + k_rows * 576 * 2);
+  CHECK(b.written == q_rows * 2 * 576 * 2 + k_rows * 576 * 1);
+}
+
+TEST_CASE("ropekv bench on sim and ref: table and JSON") {
+  const std::string json = (std::filesystem::temp_directory_path() / "ropekv_test_bench.json").string();
+  for (const char* be : {"sim", "ref"}) {
+    bench_opts o;
+    o.backend = be;
+    o.cases = {"deepseek-v3:2"};
+    o.caches = "bf16";
+    o.variants = "auto";
+    o.budget_s = 0.01;
+    o.copy_mb = 8;
+    o.json = json;
+    std::ostringstream out, err;
+    REQUIRE(run_bench(o, out, err) == 0);
+    INFO(out.str());
+    CHECK(out.str().find("deepseek-v3:2 cache=bf16") != std::string::npos);
+    std::ifstream f(json);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    CHECK(j["backend"] == be);
+    REQUIRE(j["results"].size() == 2);  // copy and zero_copy
+    CHECK(j["results"][0]["mode"] == "copy");
+    CHECK(j["results"][1]["mode"] == "zero_copy");
+    CHECK(j["results"][0]["us_median"].get<double>() > 0);
+    CHECK(j["results"][1]["bytes_total"].get<int64_t>() < j["results"][0]["bytes_total"].get<int64_t>());
+    CHECK(j["copy"]["gbps_read_plus_write"].get<double>() > 0);
+    if (std::string(be) == "sim") CHECK(j["results"][1]["variant"].get<std::string>().find("zero_copy") != std::string::npos);
+  }
+  std::filesystem::remove(json);
+}
+
+TEST_CASE("ropekv bench: bad options are errors naming the option") {
+  bench_opts o;
+  o.backend = "sim";
+  o.variants = "hpb=0";
+  std::ostringstream out, err;
+  CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--variant"), arg_error);
+  o.variants = "auto";
+  o.modes = "sideways";
+  CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--mode"), arg_error);
+  o.modes = "copy";
+  o.cases = {"deepseek-v3"};
+  CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--case"), arg_error);
+}

@@ -1,0 +1,390 @@
+// `ropekv bench` (issue #6). See tools/bench.h and docs/perf.md.
+#include "tools/bench.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "backends/hip/variant.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/presets.h"
+#include "core/problem.h"
+#include "tools/backends_registry.h"
+#if defined(ROPEKV_HAVE_HIP)
+#include "backends/hip/hip_backend.h"
+#include "backends/hip/hip_bench.h"
+#endif
+
+namespace ropekv {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) {
+    if (!cur.empty()) out.push_back(cur);
+  }
+  return out;
+}
+
+int64_t index_at(const tensor_view& v, int64_t i) {
+  const char* p = static_cast<const char*>(v.data) + i * v.strides_elems[0] * static_cast<int64_t>(dtype_size_bytes(v.type));
+  const uint64_t bits = load_bits(v.type, p);
+  switch (v.type) {
+    case dtype::i32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+    case dtype::i64: return static_cast<int64_t>(bits);
+    default: throw arg_error("index tensor", "i32 or i64", dtype_name(v.type));
+  }
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Applies one variant request ("auto", "general", "hpb=4+upt=2", ...) to the kernel overrides.
+void set_variant(const std::string& request) {
+  ropekv_gpu::rk_variant_override ov;
+  for (const std::string& part : split(request, '+')) {
+    if (part == "auto") continue;
+    if (part == "general") { ov.force_general = 1; continue; }
+    if (part == "nozc") { ov.no_zero_copy = 1; continue; }
+    const auto eq = part.find('=');
+    if (eq != std::string::npos) {
+      const std::string key = part.substr(0, eq);
+      int64_t value = 0;
+      try {
+        value = std::stoll(part.substr(eq + 1));
+      } catch (const std::exception&) {
+        throw arg_error("--variant", "KEY=<integer>", part);
+      }
+      if (value < 1) throw arg_error("--variant", "a value >= 1", part);
+      if (key == "hpb") { ov.heads_per_block = value; continue; }
+      if (key == "upt") { ov.units_per_thread = value; continue; }
+    }
+    throw arg_error("--variant", "auto, general, nozc, hpb=N, upt=N joined by '+'", part);
+  }
+  ropekv_gpu::rk_variant_overrides() = ov;
+}
+
+struct bench_case {
+  std::string name;
+  problem prob;
+};
+
+std::vector<std::string> default_cases(bool gpu) {
+  if (gpu) {
+    return {"deepseek-v3:1",    "deepseek-v3:32",   "deepseek-v3:128",       "deepseek-v3-tp8:512",
+            "kimi-k2-tp8:512",  "deepseek-v3:1024", "deepseek-v3:4096",      "deepseek-v3-tp8:8192"};
+  }
+  return {"deepseek-v3:1", "deepseek-v3:32", "deepseek-v3:128", "deepseek-v3-tp8:512",
+          "kimi-k2-tp8:512", "deepseek-v3-tp8:4096"};
+}
+
+std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
+  std::vector<bench_case> out;
+  const std::vector<std::string> names = o.cases.empty() ? default_cases(gpu) : o.cases;
+  const std::vector<std::string> caches = split(o.caches, ',');
+  if (caches.empty()) throw arg_error("--cache", "a comma list of cache dtypes", o.caches);
+  for (const std::string& n : names) {
+    const auto colon = n.find(':');
+    if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
+    int64_t tokens = 0;
+    try {
+      tokens = std::stoll(n.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw arg_error("--case", "PRESET:TOKENS with integer TOKENS", n);
+    }
+    if (tokens < 1) throw arg_error("--case", "TOKENS >= 1", n);
+    for (const std::string& c : caches) {
+      problem p = preset_problem(n.substr(0, colon), tokens);
+      p.cache_dtype = parse_dtype(c, "--cache");
+      if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
+      check_problem(p);
+      out.push_back({fmt::format("{}:{} cache={}", n.substr(0, colon), tokens, c), p});
+    }
+  }
+  for (const std::string& r : o.repros) out.push_back({"repro", parse_problem(r)});
+  return out;
+}
+
+// Parallel memcpy with the current OpenMP thread count: GB/s counting read + write.
+double memcpy_gbps(int64_t bytes, double budget_s) {
+  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+  auto once = [&] {
+#pragma omp parallel
+    {
+      const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+      const int64_t lo = bytes * i / n, hi = bytes * (i + 1) / n;
+      std::memcpy(dst.data() + lo, src.data() + lo, static_cast<size_t>(hi - lo));
+    }
+  };
+  once();
+  std::vector<double> s;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (s.size() < 5 || (s.size() < 50 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget_s)) {
+    const auto a = std::chrono::steady_clock::now();
+    once();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  return 2.0 * static_cast<double>(bytes) / median_of(s) / 1e9;
+}
+
+struct timing {
+  double us_median = 0, us_min = 0, us_max = 0;
+  int64_t calls_per_graph = 1, replays = 0, input_sets = 1;
+  std::string variant;
+};
+
+timing time_cpu(backend& be, case_data& c, double budget_s) {
+  std::vector<memory_region> regions = c.regions();
+  be.run_host(c.args, regions);  // warm-up (and first-touch)
+  std::vector<double> us;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (us.size() < 3 || (us.size() < 100 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget_s)) {
+    const auto a = std::chrono::steady_clock::now();
+    be.run_host(c.args, regions);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  timing t;
+  t.us_median = median_of(us);
+  t.us_min = *std::min_element(us.begin(), us.end());
+  t.us_max = *std::max_element(us.begin(), us.end());
+  t.replays = static_cast<int64_t>(us.size());
+  t.variant = be.last_variant();
+  return t;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+}  // namespace
+
+bench_bytes count_bytes(const op_args& a) {
+  const op_sizes s = sizes_of(a);
+  const bool zero_copy = a.q_nope.data != nullptr && a.q_nope.data == a.q_out.data;
+  const int64_t in_q = static_cast<int64_t>(dtype_size_bytes(a.q_nope.type)), in_k = static_cast<int64_t>(dtype_size_bytes(a.kv_c.type));
+  const int64_t out_q = static_cast<int64_t>(dtype_size_bytes(a.q_out.type));
+  const bool joint = a.options.layout == cache_layout::joint;
+  const int64_t cache_sz = static_cast<int64_t>(dtype_size_bytes(joint ? a.cache.type : a.ckv_cache.type));
+  const tensor_view& table = a.table() == table_kind::one ? a.cos_sin : a.cos;
+  const int64_t tab_sz = static_cast<int64_t>(dtype_size_bytes(table.type));
+  const int64_t num_slots = s.num_blocks * s.block_size;
+  int64_t q_rows = 0, k_rows = 0, used = 0;
+  std::set<int64_t> positions;
+  for (int64_t t = 0; t < s.ts; ++t) {
+    const int64_t slot = index_at(a.slot_mapping, t);
+    const bool k = slot >= 0 && slot < num_slots;
+    const bool q = t < s.tq && (slot >= 0 || a.options.padding == pad_q::computed);
+    if (!k && !q) continue;
+    ++used;
+    k_rows += k;
+    q_rows += q;
+    int64_t p = index_at(a.positions, t);
+    p = std::min(std::max<int64_t>(p, 0), s.table_rows - 1);
+    positions.insert(p);
+  }
+  bench_bytes b;
+  b.read += s.ts * static_cast<int64_t>(dtype_size_bytes(a.slot_mapping.type)) + used * static_cast<int64_t>(dtype_size_bytes(a.positions.type));
+  b.read += static_cast<int64_t>(positions.size()) * s.dr * tab_sz;
+  b.read += q_rows * s.heads * ((zero_copy ? 0 : s.dn) + s.dr) * in_q;
+  b.read += k_rows * (s.dn + s.dr) * in_k;
+  b.written += q_rows * s.heads * ((zero_copy ? 0 : s.dn) + s.dr) * out_q;
+  b.written += k_rows * (s.dn + s.dr) * cache_sz;
+  if (a.options.inplace_q) b.written += q_rows * s.heads * s.dr * in_q;
+  if (a.options.inplace_k) b.written += k_rows * s.dr * in_k;
+  return b;
+}
+
+void point_q_nope_into_q_out(case_data& c) {
+  op_args& a = c.args;
+  if (a.q_out.type != a.q_nope.type)
+    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+  const int64_t dn = a.q_nope.shape[2];
+  a.q_nope = make_view(a.q_nope.type, a.q_out.data, {a.q_out.shape[0], a.q_out.shape[1], dn},
+                       {a.q_out.strides_elems[0], a.q_out.strides_elems[1], 1});
+}
+
+void apply_zero_copy(case_data& c) {
+  const op_args& a = c.args;
+  if (a.q_out.type != a.q_nope.type)
+    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+  const int64_t sz = static_cast<int64_t>(dtype_size_bytes(a.q_nope.type));
+  const int64_t tq = a.q_nope.shape[0], h = a.q_nope.shape[1], dn = a.q_nope.shape[2];
+  for (int64_t t = 0; t < tq; ++t) {
+    for (int64_t i = 0; i < h; ++i) {
+      const char* src = static_cast<const char*>(a.q_nope.data) +
+                        (t * a.q_nope.strides_elems[0] + i * a.q_nope.strides_elems[1]) * sz;
+      char* dst = static_cast<char*>(a.q_out.data) +
+                  (t * a.q_out.strides_elems[0] + i * a.q_out.strides_elems[1]) * sz;
+      std::memcpy(dst, src, static_cast<size_t>(dn * sz));
+    }
+  }
+  point_q_nope_into_q_out(c);
+}
+
+CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
+  CLI::App* b = app.add_subcommand("bench", "Timing: us per call, bytes moved, GB/s and % of a copy measured in the same run");
+  b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref");
+  b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the issue #6 list for the backend");
+  b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)");
+  b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
+  b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
+  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|general|hpb=N|upt=N|nozc joined by '+'")->capture_default_str();
+  b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
+  b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")->capture_default_str();
+  b->add_option("--copy-mb", o.copy_mb, "Size of the reference copy in MiB")->capture_default_str();
+  b->add_option("--threads", o.threads, "CPU backends and memcpy: OpenMP threads")->capture_default_str();
+  b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
+  b->add_option("--json", o.json, "Write every number as JSON here");
+  b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"
+            "  ropekv bench --backend sim --case deepseek-v3:32 --cache bf16\n"
+            "  ropekv bench --variant auto,general --json out.json\n"
+            "  ropekv bench --cold --mode copy --case deepseek-v3:128");
+  return b;
+}
+
+int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
+  std::string bname = o.backend;
+  if (bname.empty()) {
+#if defined(ROPEKV_HAVE_HIP)
+    bname = hip_unavailable_reason().empty() ? "hip" : "ref";
+#else
+    bname = "ref";
+#endif
+  }
+  bname = canonical_backend_name(bname);
+  const bool gpu = bname == "hip";
+  if (o.threads < 1) throw arg_error("--threads", ">= 1", std::to_string(o.threads));
+  if (o.calls_per_graph < 1) throw arg_error("--calls-per-graph", ">= 1", std::to_string(o.calls_per_graph));
+  if (o.copy_mb < 1) throw arg_error("--copy-mb", ">= 1", std::to_string(o.copy_mb));
+  if (o.cold && !gpu) throw arg_error("--cold", "the hip backend", bname);
+  const std::vector<std::string> modes = split(o.modes, ',');
+  for (const std::string& m : modes) {
+    if (m != "copy" && m != "zero_copy") throw arg_error("--mode", "copy or zero_copy", m);
+  }
+  const std::vector<std::string> variants = split(o.variants, ',');
+  if (variants.empty()) throw arg_error("--variant", "at least one variant", o.variants);
+  for (const std::string& v : variants) set_variant(v);  // parse all before running anything
+  ropekv_gpu::rk_variant_overrides() = {};
+  omp_set_num_threads(o.threads);
+
+  nlohmann::json j;
+  j["tool"] = "ropekv bench";
+  j["version"] = ROPEKV_VERSION;
+  j["commit"] = ROPEKV_GIT_COMMIT;
+  j["date_utc"] = utc_now();
+  j["backend"] = bname;
+  j["options"] = {{"cold", o.cold},          {"calls_per_graph", o.calls_per_graph},
+                  {"threads", o.threads},    {"modes", o.modes},
+                  {"variants", o.variants},  {"caches", o.caches},
+                  {"budget_s", o.budget_s},  {"copy_mb", o.copy_mb}};
+  std::unique_ptr<backend> be = find_backend(bname)();
+  j["device_description"] = be->device_description();
+
+  // The copy reference, measured in the same run.
+  const int64_t copy_bytes = o.copy_mb << 20;
+  double copy_gbps = 0;
+  if (gpu) {
+#if defined(ROPEKV_HAVE_HIP)
+    const std::string why = hip_unavailable_reason();
+    if (!why.empty()) throw error("bench: " + why);
+    const gpu_device_info d = hip_device_info();
+    j["device"] = {{"name", d.name}, {"sm_count", d.sm_count}, {"driver_version", d.driver_version},
+                   {"runtime_version", d.runtime_version}, {"l2_bytes", d.l2_bytes},
+                   {"memory_bytes", d.memory_bytes}, {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)}};
+    const gpu_copy_timing c = hip_bench_copy(copy_bytes, 20);
+    copy_gbps = c.gbps;
+    j["copy"] = {{"kind", "device-to-device hipMemcpyAsync in a graph"}, {"bytes_each_way", c.bytes},
+                 {"us_median", c.us_median}, {"gbps_read_plus_write", c.gbps}};
+#endif
+  } else {
+    copy_gbps = memcpy_gbps(copy_bytes, 2 * o.budget_s);
+    j["copy"] = {{"kind", fmt::format("memcpy, {} OpenMP threads", o.threads)}, {"bytes_each_way", copy_bytes},
+                 {"gbps_read_plus_write", copy_gbps}};
+  }
+  out << fmt::format("ropekv bench: backend {} ({}), copy {:.1f} GB/s (read + write, {} MiB)\n", bname,
+                     be->device_description(), copy_gbps, o.copy_mb);
+
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<std::string> rows;
+  for (const bench_case& bc : build_cases(o, gpu)) {
+    case_data base = make_case(bc.prob);
+    for (const std::string& mode : modes) {
+      const bool zc = mode == "zero_copy";
+      if (zc && bc.prob.q_out_dtype != bc.prob.in_dtype) continue;  // zero-copy needs one dtype
+      case_data c = base.clone();
+      if (zc) apply_zero_copy(c);
+      const bench_bytes bytes = count_bytes(c.args);
+      for (const std::string& v : variants) {
+        set_variant(v);
+        timing t;
+        try {
+          if (gpu) {
+#if defined(ROPEKV_HAVE_HIP)
+            gpu_bench_options go;
+            go.calls_per_graph = o.calls_per_graph;
+            go.cold = o.cold;
+            go.budget_s = o.budget_s;
+            const gpu_timing g = hip_bench_op(c.args, c.regions(), go);
+            t.us_median = g.us_median; t.us_min = g.us_min; t.us_max = g.us_max;
+            t.calls_per_graph = g.calls_per_graph; t.replays = g.replays; t.input_sets = g.input_sets;
+            t.variant = g.variant;
+#endif
+          } else {
+            t = time_cpu(*be, c, o.budget_s);
+          }
+        } catch (...) {
+          ropekv_gpu::rk_variant_overrides() = {};
+          throw;
+        }
+        ropekv_gpu::rk_variant_overrides() = {};
+        const double gbps = static_cast<double>(bytes.total()) / (t.us_median * 1e-6) / 1e9;
+        const double floor_us = static_cast<double>(bytes.total()) / (copy_gbps * 1e9) * 1e6;
+        const double pct = 100.0 * gbps / copy_gbps;
+        const op_sizes s = sizes_of(c.args);
+        results.push_back({{"case", bc.name}, {"repro", bc.prob.to_repro()}, {"mode", mode},
+                           {"variant_request", v}, {"variant", t.variant},
+                           {"tokens", s.ts}, {"heads", s.heads}, {"cache_dtype", dtype_name(bc.prob.cache_dtype)},
+                           {"us_median", t.us_median}, {"us_min", t.us_min}, {"us_max", t.us_max},
+                           {"bytes_read", bytes.read}, {"bytes_written", bytes.written},
+                           {"bytes_total", bytes.total()}, {"gbps", gbps}, {"pct_of_copy", pct},
+                           {"floor_us", floor_us}, {"calls_per_graph", t.calls_per_graph},
+                           {"replays", t.replays}, {"input_sets", t.input_sets}, {"cold", o.cold}});
+        rows.push_back(fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>6.1f}",
+                                   bc.name, mode, v, t.variant, t.us_median, static_cast<double>(bytes.total()) / 1e6,
+                                   floor_us, gbps, pct));
+      }
+    }
+  }
+  j["results"] = results;
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    if (!f) throw arg_error("--json", "a writable file", o.json);
+    f << j.dump(2) << "\n";
+    if (!f) throw error("bench: writing " + o.json + " failed");
+  }
+  out << fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "case", "mode", "request",
+                     "variant", "us/call", "MB", "floor_us", "GB/s", "%copy");
+  for (const std::string& r : rows) out << r << "\n";
+  (void)err;
+  return 0;
+}
+
+}  // namespace ropekv

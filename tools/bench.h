@@ -1,0 +1,55 @@
+// `ropekv bench` (issue #6): timing of a backend on model-sized cases, bytes moved, bandwidth
+// against a copy measured in the same run, JSON report. Wired into the CLI by cli.cpp:
+//   bench_opts bo;  CLI::App* bench = add_bench_command(app, bo);  ...  if (*bench) return run_bench(bo, st.out, st.err);
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/case_data.h"
+#include "core/op.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ropekv {
+
+struct bench_opts {
+  std::string backend;                 // "" = hip when compiled in and a GPU is visible, else ref
+  std::vector<std::string> cases;      // PRESET:TOKENS; empty = the default list for the backend
+  std::vector<std::string> repros;     // extra cases (repro strings), run as given
+  std::string caches = "bf16,fp8_e4m3fn";  // cache dtypes for the preset cases
+  std::string modes = "copy,zero_copy";    // copy: q_nope separate; zero_copy: q_nope inside q_out
+  std::string variants = "auto";       // comma list; each '+'-joined: auto|general|hpb=N|upt=N|nozc
+  bool cold = false;                   // GPU: rotate input sets larger than L2
+  int64_t calls_per_graph = 20;        // GPU: op launches per graph replay
+  int64_t copy_mb = 1024;              // size of the reference copy (MiB)
+  int threads = 2;                     // CPU backends and the memcpy: OpenMP threads
+  double budget_s = 0.4;               // time budget per measurement
+  std::string json;                    // write the JSON report here
+};
+
+// Adds the `bench` subcommand with its options bound to `o`; returns it (cli.cpp dispatches).
+CLI::App* add_bench_command(CLI::App& app, bench_opts& o);
+// Runs the benchmark; prints the table to `out`. Returns 0, or throws ropekv::error / arg_error.
+int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err);
+
+// Bytes the op must move for these (host) args: every input element read once, every output
+// element written once (q_nope, q_pe, kv_c, k_pe, positions of used tokens, slots, one cos/sin
+// row per distinct position, q_out rows, cache entries, in-place rows). Zero-copy concat
+// (q_nope.data == q_out.data) reads no q_nope and writes only the rope part of q_out.
+struct bench_bytes {
+  int64_t read = 0, written = 0;
+  int64_t total() const { return read + written; }
+};
+bench_bytes count_bytes(const op_args& host_args);
+
+// Turns a case into zero-copy concat (core/SPEC.md): copies q_nope's rows into the first Dn
+// columns of q_out and points args.q_nope there. Needs q_out's dtype == q_nope's (arg_error).
+void apply_zero_copy(case_data& c);
+// Points args.q_nope at q_out's first Dn columns again (after clone(), which rebuilds the views).
+void point_q_nope_into_q_out(case_data& c);
+
+}  // namespace ropekv
