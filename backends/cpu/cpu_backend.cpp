@@ -27,6 +27,16 @@ inline uint8_t* byte_ptr(const tensor_view& v, int64_t offset_elems) {
          offset_elems * static_cast<int64_t>(dtype_size_bytes(v.type));
 }
 
+// A view's data pointer and element size, read once per call (the hot loop then does no
+// dtype lookups for addresses).
+struct raw_view {
+  uint8_t* data;
+  int64_t elem_bytes;
+  explicit raw_view(const tensor_view& v)
+      : data(static_cast<uint8_t*>(v.data)), elem_bytes(static_cast<int64_t>(dtype_size_bytes(v.type))) {}
+  uint8_t* at(int64_t offset_elems) const { return data + offset_elems * elem_bytes; }
+};
+
 int64_t load_index(const tensor_view& v, int64_t i) {
   const uint64_t bits = load_bits(v.type, byte_ptr(v, i * v.strides_elems[0]));
   switch (v.type) {
@@ -40,6 +50,7 @@ int64_t load_index(const tensor_view& v, int64_t i) {
 // Per-thread rows, sized once per call.
 struct scratch_rows {
   std::vector<float> cos_row, sin_row, x, nope;  // fp32 inputs
+  int64_t table_token = -1;                      // the token whose cos/sin rows are loaded
   std::vector<double> rot, scaled, nope_scaled;  // exact rope values; values to be rounded
   explicit scratch_rows(const op_sizes& sz)
       : cos_row(static_cast<size_t>(sz.dr / 2)), sin_row(static_cast<size_t>(sz.dr / 2)),
@@ -155,18 +166,28 @@ void reference_run(const op_args& args) {
   const int64_t ts = sz.ts;
   if (ts == 0) return;  // Tq <= Ts: nothing to write
 
-  // Reads the cos and sin halves of the table row of token t's position.
-  auto load_table_row = [&](int64_t t, float* cos_row, float* sin_row) {
+  const raw_view q_nope_raw(args.q_nope), q_pe_raw(args.q_pe), q_out_raw(args.q_out);
+  const raw_view kv_c_raw(args.kv_c), k_pe_raw(args.k_pe);
+  const raw_view nope_cache_raw(nope_cache), rope_cache_raw(rope_cache);
+  const raw_view cos_sin_raw(args.cos_sin), cos_raw(args.cos), sin_raw(args.sin);
+
+  // Reads the cos and sin halves of the table row of token t's position into s (kept while
+  // the thread works on the same token).
+  auto load_table_row = [&](int64_t t, scratch_rows& s) {
+    if (s.table_token == t) return;
+    s.table_token = t;
+    float* cos_row = s.cos_row.data();
+    float* sin_row = s.sin_row.data();
     int64_t p = load_index(args.positions, t);
     if (opt.positions == pos_oob::clamp) p = std::clamp<int64_t>(p, 0, sz.table_rows - 1);
     if (table_one) {
       const tensor_view& tab = args.cos_sin;
-      const uint8_t* row = byte_ptr(tab, p * tab.strides_elems[0]);
+      const uint8_t* row = cos_sin_raw.at(p * tab.strides_elems[0]);
       decode_row_to_f32(tab.type, row, cos_row, half);
-      decode_row_to_f32(tab.type, row + half * static_cast<int64_t>(dtype_size_bytes(tab.type)), sin_row, half);
+      decode_row_to_f32(tab.type, row + half * cos_sin_raw.elem_bytes, sin_row, half);
     } else {
-      decode_row_to_f32(args.cos.type, byte_ptr(args.cos, p * args.cos.strides_elems[0]), cos_row, half);
-      decode_row_to_f32(args.sin.type, byte_ptr(args.sin, p * args.sin.strides_elems[0]), sin_row, half);
+      decode_row_to_f32(args.cos.type, cos_raw.at(p * args.cos.strides_elems[0]), cos_row, half);
+      decode_row_to_f32(args.sin.type, sin_raw.at(p * args.sin.strides_elems[0]), sin_row, half);
     }
   };
 
@@ -186,34 +207,34 @@ void reference_run(const op_args& args) {
 
         if (j < sz.heads && compute_q) {  // q_out[t, h] = [q_nope[t, h] | rope(q_pe[t, h])]
           const int64_t h = j;
-          load_table_row(t, s.cos_row.data(), s.sin_row.data());
+          load_table_row(t, s);
           // rope from the original q_pe row (read whole before any in-place write-back)
           const int64_t pe_off = t * args.q_pe.strides_elems[0] + h * args.q_pe.strides_elems[1];
-          decode_row_to_f32(args.q_pe.type, byte_ptr(args.q_pe, pe_off), s.x.data(), sz.dr);
+          decode_row_to_f32(args.q_pe.type, q_pe_raw.at(pe_off), s.x.data(), sz.dr);
           rope_row(opt.style, sz.dr, s.x.data(), s.cos_row.data(), s.sin_row.data(), s.rot.data());
 
           const int64_t nope_off = t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1];
           const int64_t out_off = t * args.q_out.strides_elems[0] + h * args.q_out.strides_elems[1];
-          q_rule.write_nope(args.q_nope.type, byte_ptr(args.q_nope, nope_off), byte_ptr(args.q_out, out_off),
+          q_rule.write_nope(args.q_nope.type, q_nope_raw.at(nope_off), q_out_raw.at(out_off),
                             sz.dn, s);
-          q_rule.write_rope(s.rot.data(), byte_ptr(args.q_out, out_off + sz.dn), sz.dr, s);
+          q_rule.write_rope(s.rot.data(), q_out_raw.at(out_off + sz.dn), sz.dr, s);
           if (opt.inplace_q) {  // rounded like a non-fp8 output, in q_pe's dtype, no scale
-            encode_row_from_f64(args.q_pe.type, s.rot.data(), byte_ptr(args.q_pe, pe_off), sz.dr,
+            encode_row_from_f64(args.q_pe.type, s.rot.data(), q_pe_raw.at(pe_off), sz.dr,
                                 overflow_mode::ieee);
           }
         }
 
         if (j == sz.heads && write_cache) {  // cache entry slot = [kv_c[t] | rope(k_pe[t])]
-          load_table_row(t, s.cos_row.data(), s.sin_row.data());
+          load_table_row(t, s);
           const int64_t kpe_off = t * args.k_pe.strides_elems[0];
-          decode_row_to_f32(args.k_pe.type, byte_ptr(args.k_pe, kpe_off), s.x.data(), sz.dr);
+          decode_row_to_f32(args.k_pe.type, k_pe_raw.at(kpe_off), s.x.data(), sz.dr);
           rope_row(opt.style, sz.dr, s.x.data(), s.cos_row.data(), s.sin_row.data(), s.rot.data());
           // features of one part are contiguous in the cache (innermost stride 1)
-          k_rule.write_nope(args.kv_c.type, byte_ptr(args.kv_c, t * args.kv_c.strides_elems[0]),
-                            byte_ptr(nope_cache, map.nope_offset_elems(slot, 0)), sz.dn, s);
-          k_rule.write_rope(s.rot.data(), byte_ptr(rope_cache, map.rope_offset_elems(slot, 0)), sz.dr, s);
+          k_rule.write_nope(args.kv_c.type, kv_c_raw.at(t * args.kv_c.strides_elems[0]),
+                            nope_cache_raw.at(map.nope_offset_elems(slot, 0)), sz.dn, s);
+          k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);
           if (opt.inplace_k) {
-            encode_row_from_f64(args.k_pe.type, s.rot.data(), byte_ptr(args.k_pe, kpe_off), sz.dr,
+            encode_row_from_f64(args.k_pe.type, s.rot.data(), k_pe_raw.at(kpe_off), sz.dr,
                                 overflow_mode::ieee);
           }
         }
