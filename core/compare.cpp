@@ -271,8 +271,13 @@ struct value_region {
     bool ok;
     bool used = false;
     if (rep.rule == region_rule::rope) {
-      ok = rope_element_passes(type, ref_bits, got_bits, allowance, opt, &ulp, &used);
-      if (used) ++rep.needed_allowance;
+      if (opt.bitwise) {
+        ok = ref_bits == got_bits;
+        ulp = ok ? 0 : std::max<int64_t>(1, ulp_distance(type, ref_bits, got_bits));
+      } else {
+        ok = rope_element_passes(type, ref_bits, got_bits, allowance, opt, &ulp, &used);
+        if (used) ++rep.needed_allowance;
+      }
     } else {
       ok = ref_bits == got_bits;
       ulp = ok ? 0 : ulp_distance(type, ref_bits, got_bits);

@@ -15,6 +15,7 @@ namespace ropekv {
 struct compare_options {
   int64_t max_ulp = 1;          // rope elements: pass when ulp distance <= max_ulp ...
   bool strict = false;          // ... or within max_ulp * ulp(ref) + allowance (none if strict)
+  bool bitwise = false;         // rope elements too must be bit-identical (sim vs GPU faithfulness)
   int64_t max_listed = 8;       // mismatches listed per region
 };
 

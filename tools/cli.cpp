@@ -229,7 +229,7 @@ struct fuzz_cli_opts {
   int64_t max_tokens = 256;
   int64_t max_ulp = 1;
   int64_t max_failures = 0;
-  bool strict = false, no_shrink = false;
+  bool strict = false, bitwise = false, no_shrink = false;
   std::string shrink_time = "30s";
 };
 
@@ -266,6 +266,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   if (o.max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(o.max_ulp));
   f.cmp.max_ulp = o.max_ulp;
   f.cmp.strict = o.strict;
+  f.cmp.bitwise = o.bitwise;
   f.shrink = !o.no_shrink;
   f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
   if (!o.repro.empty()) f.repro = parse_problem(o.repro);
@@ -428,6 +429,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--max-tokens", fo.max_tokens, "Upper bound on Tq/Ts/Tk of random cases (<= 4096)")->capture_default_str();
   fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->capture_default_str();
   fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
+  fuzz->add_flag("--bitwise", fo.bitwise,
+                 "Every element bit-identical, rope parts too (e.g. sim vs hip: the simulation's faithfulness)");
   fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
   fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");

@@ -168,6 +168,7 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   std::string cmd = fmt::format("ropekv fuzz --backends {},{}", opt.backend_a, opt.backend_b);
   if (opt.cmp.max_ulp != 1) cmd += fmt::format(" --max-ulp {}", opt.cmp.max_ulp);
   if (opt.cmp.strict) cmd += " --strict";
+  if (opt.cmp.bitwise) cmd += " --bitwise";
   return cmd + " --repro " + quote_single(repro);
 }
 
@@ -388,6 +389,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"max_tokens", opt.max_tokens},
             {"max_ulp", opt.cmp.max_ulp},
             {"strict", opt.cmp.strict},
+            {"bitwise", opt.cmp.bitwise},
             {"repro", opt.repro ? nlohmann::json(opt.repro->to_repro()) : nlohmann::json(nullptr)}}},
           {"shards",
            {{{"index", opt.shard_index},

@@ -216,3 +216,27 @@ TEST_CASE("run_case: ERRORED and SKIPPED") {
 }
 
 }  // namespace ropekv
+
+TEST_CASE("compare: bitwise mode fails a 1-ulp rope difference that the ULP rule passes") {
+  using namespace ropekv;
+  compare_options loose;
+  compare_options bitwise;
+  bitwise.bitwise = true;
+  // 1.0 and the next bf16 above it: 1 ulp apart.
+  const uint32_t one = 0x3f80, next = 0x3f81;
+  int64_t ulp = -1;
+  bool used = false;
+  CHECK(rope_element_passes(dtype::bf16, one, next, 0.0, loose, &ulp, &used));
+  CHECK(ulp == 1);
+  problem p = parse_problem("tq=1 ts=1 tk=1 h=1 dn=4 dr=2 p=2 bs=1 nb=1 in=f32 qo=f32 cache=f32 table_dtype=f32");
+  case_data a = make_case(p);
+  case_data b = a.clone();
+  reference_run(a.args);
+  reference_run(b.args);
+  // Nudge one rope element of q_out in run b by one ulp.
+  auto* q = static_cast<uint32_t*>(b.args.q_out.data);
+  q[4] += 1;
+  const case_data initial = make_case(p);
+  CHECK(compare_runs(initial, a, b, loose).outcome == case_outcome::passed);
+  CHECK(compare_runs(initial, a, b, bitwise).outcome == case_outcome::failed);
+}
