@@ -471,6 +471,31 @@ ROPEKV_DEVICE void rk_load_table4(int32_t t, const char* p, float* v) {
 }
 ROPEKV_DEVICE uint32_t rk_lane16(const uint32_t* w, int m) { return (w[m >> 1] >> (16 * (m & 1))) & 0xffffu; }
 
+// Rotates the 4 pairs of one rope unit held in w (8 lanes of 16 bits) into o. Lanes: gptj
+// a_i = lane 2i, b_i = lane 2i+1; neox a_i = lane i, b_i = lane 4+i (mutation 2: the b half was
+// loaded reversed, so b_i = lane 7-i). NEOX is a template parameter so that every lane index is
+// a constant after unrolling (no local-memory arrays).
+template <bool NEOX>
+ROPEKV_DEVICE void rk_rope4(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
+                            uint32_t* o) {
+  ROPEKV_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const int la = NEOX ? i : 2 * i;
+#if ROPEKV_MUTATION == 2
+    const int lb = NEOX ? 7 - i : 2 * i + 1;
+#else
+    const int lb = NEOX ? 4 + i : 2 * i + 1;
+#endif
+    const float a = rk_decode(qt, rk_lane16(w, la));
+    const float b = rk_decode(qt, rk_lane16(w, lb));
+    // x' = x*C + R(x)*S with R(a) = -b, R(b) = a: one fp32 product, one fp32 fma.
+    const float ra = ROPEKV_FMAF(a, cs[i], ROPEKV_FMUL_RN(-b, sn[i]));
+    const float rb = ROPEKV_FMAF(b, cs[i], ROPEKV_FMUL_RN(a, sn[i]));
+    o[la >> 1] |= (rk_encode(qt, ra) & 0xffffu) << (16 * (la & 1));
+    o[lb >> 1] |= (rk_encode(qt, rb) & 0xffffu) << (16 * (lb & 1));
+  }
+}
+
 // Units a block's threads take per batch: all loads of a batch are issued before its first store.
 constexpr int rk_fast_batch = 4;
 
@@ -557,24 +582,11 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
         continue;
       }
       const int64_t j = r - nope_units;
-      // lanes of w[k]: gptj a_i = lane 2i, b_i = lane 2i+1; neox a_i = lane i, b_i = lane 4+i
-      // (mutation 2: the b half is loaded reversed, lane 4+i holds element Dr-1-(4j+i) -> 7-i)
       uint32_t o[4] = {0u, 0u, 0u, 0u};
-      ROPEKV_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int la = p.neox ? i : 2 * i;
-#if ROPEKV_MUTATION == 2
-        const int lb = p.neox ? 7 - i : 2 * i + 1;
-#else
-        const int lb = p.neox ? 4 + i : 2 * i + 1;
-#endif
-        const float a = rk_decode(qt, rk_lane16(w[k], la));
-        const float b = rk_decode(qt, rk_lane16(w[k], lb));
-        // x' = x*C + R(x)*S with R(a) = -b, R(b) = a: one fp32 product, one fp32 fma.
-        const float ra = ROPEKV_FMAF(a, cs[k][i], ROPEKV_FMUL_RN(-b, sn[k][i]));
-        const float rb = ROPEKV_FMAF(b, cs[k][i], ROPEKV_FMUL_RN(a, sn[k][i]));
-        o[la >> 1] |= (rk_encode(qt, ra) & 0xffffu) << (16 * (la & 1));
-        o[lb >> 1] |= (rk_encode(qt, rb) & 0xffffu) << (16 * (lb & 1));
+      if (p.neox) {
+        rk_rope4<true>(qt, w[k], cs[k], sn[k], o);
+      } else {
+        rk_rope4<false>(qt, w[k], cs[k], sn[k], o);
       }
       char* out_row = out_base + h * out_s1;
       char* pe_row = pe_base + h * pe_s1;
