@@ -13,8 +13,10 @@ for p in "${need[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "fuzz: installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+  log=$(mktemp)
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1 ||
+    { cat "$log"; rm -f "$log"; echo "fuzz: apt-get failed" >&2; exit 1; }
+  rm -f "$log"
 fi
 dir=build-libfuzzer
 mkdir -p $dir

@@ -17,8 +17,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then echo "setup: run as root (apt-get install needed)" >&2; exit 1; fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  local_log=$(mktemp)
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$local_log" 2>&1 ||
+    { cat "$local_log"; rm -f "$local_log"; echo "apt-get failed" >&2; exit 1; }
+  rm -f "$local_log"
 fi
 
 build_dir="${ROPEKV_BUILD_DIR:-build}"

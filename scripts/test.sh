@@ -22,8 +22,10 @@ install_missing() {
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "test: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  local_log=$(mktemp)
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$local_log" 2>&1 ||
+    { cat "$local_log"; rm -f "$local_log"; echo "apt-get failed" >&2; exit 1; }
+  rm -f "$local_log"
 }
 
 venv="$build_dir/venv"
@@ -58,7 +60,9 @@ if [ "${ROPEKV_SKIP_FUZZ:-0}" != "1" ]; then
   bash scripts/fuzz.sh || failed+=(libfuzzer)
 fi
 
-if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ]; then
+if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ] && ! command -v nvcc >/dev/null; then
+  echo "== GPU compile checks: SKIPPED (nvcc not on PATH: install the CUDA toolkit, or set ROPEKV_SKIP_GPU_BUILDS=1)"
+elif [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ]; then
   echo "== GPU compile checks"
   install_missing hipcc rocm-device-libs libamdhip64-dev clang-19
   bash scripts/gpu_compile_checks.sh >build-gpucheck.log 2>&1 && echo "gpu compile checks: all passed" ||
