@@ -19,6 +19,7 @@
 #include "core/presets.h"
 #include "core/problem.h"
 #include "tools/backends_registry.h"
+#include "tools/bench.h"
 #include "tools/fuzz.h"
 #include "tools/golden_io.h"
 
@@ -474,8 +475,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   gcheck->add_option("--json", gc_json, "Write the case report as JSON");
   gcheck->footer(golden_footer);
 
-  auto* bench = app.add_subcommand("bench", "Timing (issue #6): not yet implemented");
-  bench->allow_extras();
+  bench_opts bo;
+  CLI::App* bench = add_bench_command(app, bo);
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -505,10 +506,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   if (*merge) return cmd_report_merge(st, merge_files, merge_json);
   if (*gwrite) return cmd_golden_write(st, gw);
   if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_max_ulp, gc_strict, gc_json);
-  if (*bench) {
-    st.err << "ropekv: error: bench is not implemented yet (issue #6)\n";
-    return 2;
-  }
+  if (*bench) return run_bench(bo, st.out, st.err);
   st.err << "ropekv: error: no subcommand (see ropekv --help)\n";
   return 2;
 }
