@@ -19,6 +19,9 @@ namespace ropekv_gpu {
 __global__ void __launch_bounds__(rk_max_block_threads) rk_fused_kernel(rk_params p) {
   rk_fused_body(p);
 }
+__global__ void __launch_bounds__(rk_max_block_threads) rk_fast3_kernel(rk_params p) {
+  rk_fast3_body(p);
+}
 
 }  // namespace ropekv_gpu
 
@@ -146,7 +149,11 @@ void hip_launch(const op_args& device_args, void* stream) {
   if (l.empty) return;
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
-  ropekv_gpu::rk_fused_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+  if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
+    ropekv_gpu::rk_fast3_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+  } else {
+    ropekv_gpu::rk_fused_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+  }
   check(hipGetLastError(), "kernel launch");
 }
 

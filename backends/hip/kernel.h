@@ -17,7 +17,13 @@
 // Planted bugs for the mutation tests (ROPEKV_MUTATION, default 0 = correct kernel):
 //   1: off-by-one in the cache entry offset (one element past the entry start),
 //   2: wrong rope partner for neox (i pairs with Dr - 1 - i instead of i + Dr/2),
-//   3: dropped vector tail (the last, partial chunk of a nope row is not written).
+//   3: dropped vector tail (the last, partial chunk of a nope row is not written; fast_v3,
+//      whose rows have no partial chunk: the last chunk of every nope row is not written).
+// Mutations 1 and 2 act on fast_v3 through the shared rk_paged_cache::entry and rk_rope4_f
+// (mutation 1 makes its vector stores misaligned: the sim aborts, a GPU faults).
+//
+// fast_v3 (rk_fast3_body, below) is a second kernel entry with its own decomposition: one
+// thread per 16-byte output chunk (see its comment). launch_plan.h picks the kernel.
 #pragma once
 #include <cstdint>
 
@@ -284,6 +290,10 @@ struct rk_params {
   int32_t fast_q;
   // zero-copy concat (core/SPEC.md): q_nope is the first Dn columns of q_out; skip the nope copy.
   int32_t skip_q_nope;
+  // fast_v3 (rk_fast3_body), chosen on the host (launch_plan.h rk_v3_refusal): chunks of 8
+  // elements per q_out row in the grid (q_nope_cpr nope chunks, 0 with zero-copy, then the rope
+  // units: Dr/8 gptj, Dr/16 neox), per cache row, H * q_cpr, and all of one token.
+  int32_t v3_q_cpr, v3_q_nope_cpr, v3_cache_nope_cpr, v3_q_chunks, v3_token_chunks;
 };
 
 // Elements per nope chunk: one 16-byte access on the wider of input and output.
@@ -475,9 +485,11 @@ ROPEKV_DEVICE uint32_t rk_lane16(const uint32_t* w, int m) { return (w[m >> 1] >
 // a_i = lane 2i, b_i = lane 2i+1; neox a_i = lane i, b_i = lane 4+i (mutation 2: the b half was
 // loaded reversed, so b_i = lane 7-i). NEOX is a template parameter so that every lane index is
 // a constant after unrolling (no local-memory arrays).
+// rk_rope4_f: the rotated values in fp32, r[lane] (8 lanes), for a caller that encodes them
+// itself (fast_v3 writes an fp8 or 16-bit cache); rk_rope4: encoded into qt, packed into o.
 template <bool NEOX>
-ROPEKV_DEVICE void rk_rope4(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
-                            uint32_t* o) {
+ROPEKV_DEVICE void rk_rope4_f(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
+                              float* r) {
   ROPEKV_UNROLL
   for (int i = 0; i < 4; ++i) {
     const int la = NEOX ? i : 2 * i;
@@ -489,11 +501,17 @@ ROPEKV_DEVICE void rk_rope4(int32_t qt, const uint32_t* w, const float* cs, cons
     const float a = rk_decode(qt, rk_lane16(w, la));
     const float b = rk_decode(qt, rk_lane16(w, lb));
     // x' = x*C + R(x)*S with R(a) = -b, R(b) = a: one fp32 product, one fp32 fma.
-    const float ra = ROPEKV_FMAF(a, cs[i], ROPEKV_FMUL_RN(-b, sn[i]));
-    const float rb = ROPEKV_FMAF(b, cs[i], ROPEKV_FMUL_RN(a, sn[i]));
-    o[la >> 1] |= (rk_encode(qt, ra) & 0xffffu) << (16 * (la & 1));
-    o[lb >> 1] |= (rk_encode(qt, rb) & 0xffffu) << (16 * (lb & 1));
+    r[la] = ROPEKV_FMAF(a, cs[i], ROPEKV_FMUL_RN(-b, sn[i]));
+    r[lb] = ROPEKV_FMAF(b, cs[i], ROPEKV_FMUL_RN(a, sn[i]));
   }
+}
+template <bool NEOX>
+ROPEKV_DEVICE void rk_rope4(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
+                            uint32_t* o) {
+  float r[8];
+  rk_rope4_f<NEOX>(qt, w, cs, sn, r);
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, r[m]) & 0xffffu) << (16 * (m & 1));
 }
 
 // Units a block's threads take per batch: all loads of a batch are issued before its first store.
@@ -608,6 +626,180 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
       }
     }
   }
+}
+
+// ------------------------------------------------------------------ fast_v3 (issue #6)
+// One thread per 16-byte chunk (8 elements of 16 bits) of output, no loops over heads or rows.
+// grid.y strides over tokens; grid.x * blockDim.x covers the chunks of one token:
+//   [0, H * q_cpr)                   q_out chunks: head h = c / q_cpr, j = c % q_cpr; j < q_nope_cpr:
+//                                    nope chunk j (none with zero-copy concat), else rope unit
+//   [H * q_cpr, + nope_cpr + rope)   the cache entry: Dn / 8 nope chunks, then the rope units
+// A rope unit is 8 elements: gptj the 4 pairs of elements [8u, 8u + 8); neox (Dr % 16 == 0)
+// the 8 pairs (i, i + Dr/2) for i in [8u, 8u + 8): a 16-byte load from each half.
+// Arithmetic and conversions are those of the general path (rk_rope4_f, rk_to_output,
+// rk_canon_nan16), so the bytes are identical. Preconditions (host, launch_plan.h
+// rk_v3_refusal): q f16|bf16 with q_out of the same dtype; kv f16|bf16 with the cache of the
+// same dtype or fp8; Dn % 8 == 0; Dr % 8 (gptj) or % 16 (neox) == 0; every row 16-byte aligned
+// (8-byte for an fp8 cache); table rows aligned to 4 values; no in-place rope.
+
+// 8 rope values -> cache dtype (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
+ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, uint32_t* o) {
+  const int32_t ct = p.cache.dtype;
+  if (rk_is_fp8(ct)) {
+    o[0] = o[1] = 0u;
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m)
+      o[m >> 2] |= (rk_to_output(v[m], ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+  } else {
+    o[0] = o[1] = o[2] = o[3] = 0u;
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(ct, v[m]) & 0xffffu) << (16 * (m & 1));
+  }
+}
+
+// Rotates one rope unit: gptj w = 8 lanes of the unit; neox wa, wb = the 8 lanes of each half.
+// cs/sn: the unit's cos/sin (4 values gptj, 8 neox). Results r[0..8) (gptj) or ra, rb (neox).
+ROPEKV_DEVICE void rk_v3_rope(bool neox, int32_t t, const uint32_t* wa, const uint32_t* wb,
+                              const float* cs, const float* sn, float* ra, float* rb) {
+  if (!neox) {
+    rk_rope4_f<false>(t, wa, cs, sn, ra);
+    return;
+  }
+  // two neox groups of 4 pairs: lanes 0-3 = a half, lanes 4-7 = b half
+  const uint32_t w0[4] = {wa[0], wa[1], wb[0], wb[1]};
+  const uint32_t w1[4] = {wa[2], wa[3], wb[2], wb[3]};
+  float r0[8], r1[8];
+  rk_rope4_f<true>(t, w0, cs, sn, r0);
+  rk_rope4_f<true>(t, w1, cs + 4, sn + 4, r1);
+  ROPEKV_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    ra[m] = r0[m];
+    ra[4 + m] = r1[m];
+    rb[m] = r0[4 + m];
+    rb[4 + m] = r1[4 + m];
+  }
+}
+
+ROPEKV_DEVICE void rk_v3_load_cos_sin(const rk_params& p, const char* cos_row, const char* sin_row,
+                                      int32_t unit, float* cs, float* sn) {
+  const int tab_sz = rk_size_bytes(p.table_dtype);
+  const int per = p.neox ? 8 : 4;
+  const int64_t off = static_cast<int64_t>(unit) * per * tab_sz;
+  rk_load_table4(p.table_dtype, cos_row + off, cs);
+  rk_load_table4(p.table_dtype, sin_row + off, sn);
+  if (p.neox) {
+    rk_load_table4(p.table_dtype, cos_row + off + 4 * tab_sz, cs + 4);
+    rk_load_table4(p.table_dtype, sin_row + off + 4 * tab_sz, sn + 4);
+  }
+}
+
+// Whether nope chunk j of a row of `chunks` chunks is written (mutation 3: the last one is not).
+ROPEKV_DEVICE bool rk_v3_nope_written(int32_t j, int32_t chunks) {
+#if ROPEKV_MUTATION == 3
+  return j != chunks - 1;  // planted bug: the tail chunk of every nope row is dropped
+#else
+  (void)j;
+  (void)chunks;
+  return true;
+#endif
+}
+
+// One thread of fast_v3: chunk c of token t.
+ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
+  const bool is_q = c < p.v3_q_chunks;
+  if (is_q) {
+    if (!(t < p.tq && (slot >= 0 || p.pad_q_computed))) return;
+  } else if (slot < 0 || slot >= p.cache.num_slots) {
+    return;  // padding (or, through hip_launch, an unchecked slot beyond the cache)
+  }
+  if (pos < 0 || pos >= p.table_rows) {
+    if (!p.pos_clamp) return;  // unchecked device value in error mode: write nothing
+    pos = pos < 0 ? 0 : p.table_rows - 1;
+  }
+  const int64_t half_bytes = p.dr;  // Dr/2 elements of 2 bytes (q and kv are 16-bit here)
+  uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
+  float cs[8], sn[8], ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (is_q) {
+    const int32_t h = c / p.v3_q_cpr;
+    const int32_t j = c - h * p.v3_q_cpr;
+    char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;
+    if (j < p.v3_q_nope_cpr) {
+      if (!rk_v3_nope_written(j, p.v3_q_nope_cpr)) return;
+      rk_load_words(p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2 + j * 16, 16, wa);
+      ROPEKV_UNROLL
+      for (int i = 0; i < 4; ++i) wa[i] = rk_canon_nan16x2(wa[i], p.q_dtype);
+      rk_store_words(out_row + j * 16, 16, wa);
+      return;
+    }
+    const int32_t u = j - p.v3_q_nope_cpr;
+    const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;
+    rk_load_words(pe_row + u * 16, 16, wa);
+    if (p.neox) rk_load_words(pe_row + half_bytes + u * 16, 16, wb);
+    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
+    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
+    rk_v3_load_cos_sin(p, cos_row, sin_row, u, cs, sn);
+    rk_v3_rope(p.neox != 0, p.q_dtype, wa, wb, cs, sn, ra, rb);
+    char* out_pe = out_row + p.dn * 2;
+    uint32_t o[4] = {0u, 0u, 0u, 0u};
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(p.q_dtype, ra[m]) & 0xffffu) << (16 * (m & 1));
+    rk_store_words(out_pe + u * 16, 16, o);
+    if (p.neox) {
+      uint32_t ob[4] = {0u, 0u, 0u, 0u};
+      ROPEKV_UNROLL
+      for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(p.q_dtype, rb[m]) & 0xffffu) << (16 * (m & 1));
+      rk_store_words(out_pe + half_bytes + u * 16, 16, ob);
+    }
+    return;
+  }
+  // the cache entry of token t
+  const int32_t j = c - p.v3_q_chunks;
+  const int32_t ct = p.cache.dtype;
+  const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
+  if (j < p.v3_cache_nope_cpr) {
+    if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
+    rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
+    char* dst = p.cache.entry(p.cache.nope, slot) + static_cast<int64_t>(j) * c_bytes8;
+    if (rk_is_fp8(ct)) {
+      uint32_t o[2] = {0u, 0u};
+      ROPEKV_UNROLL
+      for (int m = 0; m < 8; ++m) {
+        const float v = rk_decode(p.k_dtype, rk_lane16(wa, m));
+        o[m >> 2] |= (rk_to_output(v, ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+      }
+      rk_store_words(dst, 8, o);
+    } else {
+      ROPEKV_UNROLL
+      for (int i = 0; i < 4; ++i) wa[i] = rk_canon_nan16x2(wa[i], ct);
+      rk_store_words(dst, 16, wa);
+    }
+    return;
+  }
+  const int32_t u = j - p.v3_cache_nope_cpr;
+  const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;
+  rk_load_words(kpe_row + u * 16, 16, wa);
+  if (p.neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
+  const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
+  const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
+  rk_v3_load_cos_sin(p, cos_row, sin_row, u, cs, sn);
+  rk_v3_rope(p.neox != 0, p.k_dtype, wa, wb, cs, sn, ra, rb);
+  char* dst = p.cache.entry(p.cache.rope, slot);
+  uint32_t o[4];
+  rk_pack8(ra, p, o);
+  rk_store_words(dst + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
+  if (p.neox) {
+    rk_pack8(rb, p, o);
+    rk_store_words(dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
+  }
+}
+
+// The fast_v3 kernel body: grid.x * blockDim.x >= chunks of one token, grid.y strides tokens.
+ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
+  const int32_t c = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= p.v3_token_chunks) return;
+  for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk(p, t, c);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

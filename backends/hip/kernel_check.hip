@@ -4,4 +4,5 @@
 
 namespace ropekv_gpu {
 __global__ void __launch_bounds__(128) rk_fused_kernel_check(rk_params p) { rk_fused_body(p); }
+__global__ void __launch_bounds__(256) rk_fast3_kernel_check(rk_params p) { rk_fast3_body(p); }
 }  // namespace ropekv_gpu

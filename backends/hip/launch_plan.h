@@ -12,8 +12,11 @@
 
 namespace ropekv_gpu {
 
+enum class rk_kernel { fused, fast3 };  // rk_fused_body (general, fast_v2) or rk_fast3_body
+
 struct rk_launch {
   rk_params params{};
+  rk_kernel kernel = rk_kernel::fused;
   uint32_t grid_x = 0, grid_y = 0;  // tokens, head groups
   uint32_t block_threads = 0;
   bool empty = true;                // nothing to launch (Ts == 0)
@@ -77,6 +80,47 @@ inline std::string rk_fast_q_refusal(const rk_params& p) {
   const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
   if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
     return "cos/sin rows not aligned to 4 values";
+  return {};
+}
+
+// "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
+inline std::string rk_v3_refusal(const rk_params& p) {
+  auto aligned = [](const void* ptr, int64_t bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
+  };
+  const rk_variant_override& ov = rk_variant_overrides();
+  if (ov.force_general) return "forced general";
+  if (ov.no_v3) return "v3 disabled";
+  if (p.inplace_q || p.inplace_k) return "in-place rope";
+  if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
+  if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
+  if (p.k_dtype != rk_bf16 && p.k_dtype != rk_f16) return "kv dtype not f16/bf16";
+  if (p.cache.dtype != p.k_dtype && !rk_is_fp8(p.cache.dtype)) return "cache dtype neither kv's nor fp8";
+  if (p.dn % 8 != 0) return "Dn not a multiple of 8";
+  if (p.dr % (p.neox ? 16 : 8) != 0) return "Dr not a multiple of 8 (gptj) / 16 (neox)";
+  if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
+  if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
+    return "table dtype";
+  // 16-byte rows (2-byte elements: strides multiple of 8 elements)
+  if (!p.skip_q_nope && (!aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
+    return "q_nope rows not 16-byte aligned";
+  if (!aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
+    return "q_pe rows not 16-byte aligned";
+  if (!aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
+    return "q_out rows not 16-byte aligned";
+  if (!aligned(p.kv_c, 16) || p.kv_c_s0 % 8 != 0) return "kv_c rows not 16-byte aligned";
+  if (!aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
+  // cache entries: 8 elements = 16 bytes (16-bit) or 8 bytes (fp8), base and both strides
+  const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
+  for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
+    if (!aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0)
+      return "cache entries not aligned to 8 elements";
+  const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
+  if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
+    return "cos/sin rows not aligned to 4 values";
+  const int64_t units = p.dr / (p.neox ? 16 : 8);
+  const int64_t token_chunks = p.heads * ((p.skip_q_nope ? 0 : p.dn / 8) + units) + p.dn / 8 + units;
+  if (token_chunks > (int64_t{1} << 30)) return "chunks per token beyond 2^30";
   return {};
 }
 
@@ -163,10 +207,30 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
                   a.q_nope.type == a.q_out.type &&
                   a.q_nope.strides_elems[0] == a.q_out.strides_elems[0] &&
                   a.q_nope.strides_elems[1] == a.q_out.strides_elems[1];
+  l.empty = s.ts == 0;
+  if (rk_v3_refusal(p).empty()) {
+    // fast_v3: one thread per 8-element chunk; grid.x covers one token's chunks, grid.y tokens.
+    const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));
+    p.v3_q_nope_cpr = p.skip_q_nope ? 0 : static_cast<int32_t>(s.dn / 8);
+    p.v3_q_cpr = p.v3_q_nope_cpr + units;
+    p.v3_cache_nope_cpr = static_cast<int32_t>(s.dn / 8);
+    p.v3_q_chunks = static_cast<int32_t>(s.heads) * p.v3_q_cpr;
+    p.v3_token_chunks = p.v3_q_chunks + p.v3_cache_nope_cpr + units;
+    p.heads_per_block = s.heads;
+    // 256 threads per block, 128 when that leaves fewer than 2 blocks per SM of an H200
+    const int64_t chunks = s.ts * static_cast<int64_t>(p.v3_token_chunks);
+    const int64_t threads = chunks / 256 < 2 * 132 ? 128 : 256;
+    l.kernel = rk_kernel::fast3;
+    l.block_threads = static_cast<uint32_t>(threads);
+    l.grid_x = static_cast<uint32_t>((p.v3_token_chunks + threads - 1) / threads);
+    l.grid_y = static_cast<uint32_t>(s.ts < rk_max_grid_y ? (s.ts > 0 ? s.ts : 1) : rk_max_grid_y);
+    l.variant = "fast_v3(threads" + std::to_string(threads) + ")";
+    if (p.skip_q_nope) l.variant += "+zero_copy";
+    return l;
+  }
   const std::string fast_refusal = rk_fast_q_refusal(p);
   p.fast_q = fast_refusal.empty();
   const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
-  l.empty = s.ts == 0;
   l.grid_x = static_cast<uint32_t>(s.ts);
   if (p.fast_q) {
     // Heads per block: the largest power of two that keeps >= rk_fast_target_blocks blocks and

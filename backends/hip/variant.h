@@ -12,6 +12,7 @@ struct rk_variant_override {
   int64_t heads_per_block = 0;   // > 0: this many heads per block (fast and general paths)
   int64_t units_per_thread = 0;  // > 0: fast path block size = units / this (rounded to 32)
   int32_t no_zero_copy = 0;      // 1: copy q_nope onto q_out even when it is q_out itself
+  int32_t no_v3 = 0;             // 1: never take fast_v3 (fast_v2 or general, as before)
 };
 
 // The process-wide override (not thread-safe to change while launches are being planned).

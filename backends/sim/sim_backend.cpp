@@ -30,7 +30,11 @@ void sim_launch(const ropekv_gpu::rk_launch& l) {
     blockIdx = {static_cast<uint32_t>(b % l.grid_x), static_cast<uint32_t>(b / l.grid_x), 0};
     for (uint32_t th = 0; th < l.block_threads; ++th) {
       threadIdx = {th, 0, 0};
-      ropekv_gpu::rk_fused_body(params);
+      if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
+        ropekv_gpu::rk_fast3_body(params);
+      } else {
+        ropekv_gpu::rk_fused_body(params);
+      }
     }
   }
 }

@@ -74,7 +74,15 @@ const char* fast_cases[] = {
 
 }  // namespace
 
+// The fast_v2 tests below run with fast_v3 disabled (ov.no_v3): v2 stays selectable (--variant v2).
+ropekv_gpu::rk_variant_override v2_only() {
+  ropekv_gpu::rk_variant_override ov;
+  ov.no_v3 = 1;
+  return ov;
+}
+
 TEST_CASE("fast q path: sim passes against the reference and selects fast_v2") {
+  override_guard g(v2_only());
   for (const char* r : fast_cases) {
     const problem p = parse_problem(r);
     for (bool zc : {false, true}) {
@@ -95,8 +103,11 @@ TEST_CASE("fast q path and general path write identical bytes (sim)") {
     case_data fast = initial.clone();
     case_data general = initial.clone();
     auto sim = make_sim_backend();
-    sim->run_host(fast.args, fast.regions());
-    CHECK(sim->last_variant().rfind("fast_v2", 0) == 0);
+    {
+      override_guard g(v2_only());
+      sim->run_host(fast.args, fast.regions());
+      CHECK(sim->last_variant().rfind("fast_v2", 0) == 0);
+    }
     {
       ropekv_gpu::rk_variant_override ov;
       ov.force_general = 1;
@@ -117,7 +128,7 @@ TEST_CASE("fast q path: heads-per-block and block-size overrides keep the bytes"
   sim->run_host(want.args, want.regions());
   for (int64_t hpb : {1, 2, 5, 13}) {
     for (int64_t upt : {1, 3, 8}) {
-      ropekv_gpu::rk_variant_override ov;
+      ropekv_gpu::rk_variant_override ov = v2_only();
       ov.heads_per_block = hpb;
       ov.units_per_thread = upt;
       override_guard g(ov);
@@ -137,14 +148,82 @@ TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the
     q[9] = 0xffd3;  // negative NaN with payload
     q[17] = 0x7f80; // +inf stays
   };
-  const run_out o = ref_vs_sim(p, false, plant);
+  for (const char* want_variant : {"fast_v3", "fast_v2"}) {
+    override_guard g(std::string(want_variant) == "fast_v2" ? v2_only() : ropekv_gpu::rk_variant_override{});
+    const run_out o = ref_vs_sim(p, false, plant);
+    INFO(want_variant, " ", format_case_report(o.report, true));
+    CHECK(o.report.outcome == case_outcome::passed);
+    CHECK(o.variant.rfind(want_variant, 0) == 0);
+    const uint16_t* out = static_cast<const uint16_t*>(o.got.args.q_out.data);
+    CHECK(out[0] == 0x7fc0);
+    CHECK(out[9] == 0xffc0);
+    CHECK(out[17] == 0x7f80);
+  }
+}
+
+// fast_v3 (one thread per 16-byte chunk): the cases its plan accepts.
+const char* v3_cases[] = {
+    "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1",
+    "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+    "tq=4 ts=4 tk=4 h=8 in=f16 qo=f16 cache=fp8_e4m3fn k_scale=0.5 nb=1 table_dtype=f32",
+    "tq=4 ts=4 tk=4 h=8 in=f16 qo=f16 cache=f16 nb=2 bs=4 style=neox table=two",
+    "tq=4 ts=5 tk=6 h=5 in=bf16 qo=bf16 cache=fp8_e5m2 nb=1 table=two style=neox scale_conv=reciprocal k_scale=3",
+    "tq=5 ts=5 tk=5 h=3 in=bf16 qo=bf16 cache=fp8_e4m3fnuz k_scale=0.25 nb=2 bs=3 layout=split table_dtype=f16",
+    "tq=5 ts=5 tk=5 h=3 in=bf16 qo=bf16 cache=bf16 nb=2 bs=3 order=rope_first entry_pad=8 block_pad=16",
+    "tq=6 ts=6 tk=6 h=3 in=bf16 qo=bf16 cache=bf16 nb=1 pad_slots=2 pad_q=skipped pos_oob=clamp",
+    "tq=6 ts=6 tk=6 h=3 in=bf16 qo=bf16 cache=fp8_e5m2fnuz nb=1 pad_slots=2 pad_q=computed style=neox",
+    "tq=2 ts=4 tk=5 h=4 dn=24 dr=16 in=bf16 qo=bf16 cache=bf16 nb=1 q_layout=head_major kv_layout=fused",
+    "tq=2 ts=2 tk=2 h=200 dn=8 dr=32 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+};
+
+TEST_CASE("fast_v3: sim passes against the reference; bytes identical to the general path") {
+  for (const char* r : v3_cases) {
+    const problem p = parse_problem(r);
+    for (bool zc : {false, true}) {
+      const run_out o = ref_vs_sim(p, zc);
+      INFO(r, " zero_copy=", zc);
+      INFO(format_case_report(o.report, true));
+      CHECK(o.report.outcome == case_outcome::passed);
+      CHECK(o.variant.rfind("fast_v3", 0) == 0);
+      CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+    }
+    case_data initial = make_case(p);
+    case_data v3 = initial.clone();
+    case_data general = initial.clone();
+    auto sim = make_sim_backend();
+    sim->run_host(v3.args, v3.regions());
+    CHECK(sim->last_variant().rfind("fast_v3", 0) == 0);
+    {
+      ropekv_gpu::rk_variant_override ov;
+      ov.force_general = 1;
+      override_guard g(ov);
+      sim->run_host(general.args, general.regions());
+      CHECK(sim->last_variant().rfind("fused_v1", 0) == 0);
+    }
+    INFO(r);
+    CHECK(same_bytes(v3, general));
+  }
+}
+
+TEST_CASE("fast_v3: more tokens than grid.y (65535) are covered by the token stride") {
+  const problem p = parse_problem("tq=65600 ts=65600 tk=65600 h=1 dn=8 dr=8 p=64 in=bf16 qo=bf16 cache=bf16 bs=64 nb=1025");
+  const run_out o = ref_vs_sim(p, false);
   INFO(format_case_report(o.report, true));
   CHECK(o.report.outcome == case_outcome::passed);
-  CHECK(o.variant.rfind("fast_v2", 0) == 0);
-  const uint16_t* out = static_cast<const uint16_t*>(o.got.args.q_out.data);
-  CHECK(out[0] == 0x7fc0);
-  CHECK(out[9] == 0xffc0);
-  CHECK(out[17] == 0x7f80);
+  CHECK(o.variant.rfind("fast_v3", 0) == 0);
+}
+
+TEST_CASE("fast_v3 refused (general or v2 instead) for in-place rope, misaligned cache, odd neox Dr") {
+  for (const char* r : {"tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 inplace_k=1",
+                        "tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 entry_pad=1",
+                        "tq=2 ts=2 tk=2 h=4 dr=8 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+                        "tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=f16 nb=1",
+                        "tq=2 ts=2 tk=2 h=4 in=bf16 qo=fp8_e4m3fn cache=bf16 nb=1"}) {
+    const run_out o = ref_vs_sim(parse_problem(r), false);
+    INFO(r, " ", o.variant);
+    CHECK(o.report.outcome == case_outcome::passed);
+    CHECK(o.variant.rfind("fast_v3", 0) != 0);
+  }
 }
 
 TEST_CASE("fast q path refused on misaligned rows and mixed dtypes") {
