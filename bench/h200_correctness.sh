@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue #5 / #7 on one NVIDIA H200, in one call (< 9 minutes): ref vs hip over 20000 random cases
+# (8 shards in parallel, merged), every golden case on hip, sim vs hip bit for bit over 5000
+# cases, compute-sanitizer memcheck (500 cases), racecheck and initcheck (100 cases each), and a
+# cache of more than 2^31 elements (real device allocation). Results under $OUT, a summary last.
+#   ROPEKV_BIN   the nvcc build of ropekv (default build-gpubin/ropekv)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${ROPEKV_BIN:-$ROOT/build-gpubin/ropekv}
+OUT=${OUT:-./correctness-out}
+W=$OUT/work; mkdir -p "$W"
+export LD_LIBRARY_PATH=$(dirname "$BIN"):${LD_LIBRARY_PATH:-}
+summary=$OUT/summary.txt; : > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+say "commit $("$BIN" info | head -1)"
+say "device $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+
+shards() {  # shards NAME N FUZZ-ARGS...: N parallel shards of one campaign, merged
+  local name=$1 n=$2; shift 2
+  local t0=$SECONDS pids=()
+  for k in $(seq 0 $((n - 1))); do
+    OMP_NUM_THREADS=2 "$BIN" fuzz "$@" --shard "$k/$n" --json "$W/$name-$k.json" > "$W/$name-$k.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  "$BIN" report merge "$W/$name"-*.json --json "$OUT/$name.json" > "$W/$name-merge.log" 2>&1
+  say "$name: $(tail -1 "$W/$name-merge.log") ($((SECONDS - t0)) s)"
+}
+
+shards fuzz-ref-hip 8 --backends ref,hip --cases 20000 --seed 20261129 --max-tokens 64
+t0=$SECONDS; n=0; bad=0
+for f in "$ROOT"/data/golden/*.safetensors; do
+  n=$((n + 1)); "$BIN" golden check "$f" --backend hip > "$W/golden-$(basename "$f").log" 2>&1 || bad=$((bad + 1))
+done
+say "golden on hip: $((n - bad)) passed, $bad failed ($((SECONDS - t0)) s)"
+shards fuzz-sim-hip-bitwise 8 --backends sim,hip --bitwise --cases 5000 --seed 5005 --max-tokens 64
+for tool in memcheck:500 racecheck:100 initcheck:100; do
+  t=${tool%%:*}; c=${tool##*:}; t0=$SECONDS
+  compute-sanitizer --tool "$t" --print-limit 20 "$BIN" fuzz --backends ref,hip --cases "$c" --seed 77 \
+    --max-tokens 16 > "$W/sanitizer-$t.log" 2>&1
+  say "compute-sanitizer $t, $c cases: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/sanitizer-$t.log" | tail -1 | sed 's/=* *//'); fuzz: $(grep -E '^[0-9]+ passed' "$W/sanitizer-$t.log" | tail -1) ($((SECONDS - t0)) s)"
+done
+# > 2^31 elements: bf16 joint cache [60000, 64, 576] = 2.2e9 elements; 256 random slots, so
+# most written entries lie past element 2^31.
+t0=$SECONDS
+"$BIN" fuzz --backends ref,hip --repro 'tq=64 ts=256 tk=256 h=16 nb=60000 bs=64 p=4096 seed=31' > "$W/large-cache.log" 2>&1
+say "large cache (60000 x 64 x 576 bf16 = 2211840000 elements): $(tail -1 "$W/large-cache.log") ($((SECONDS - t0)) s)"
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" work
+cat "$summary"
