@@ -398,6 +398,9 @@ std::string unknown_subcommand_message(CLI::App& app) {
     for (const CLI::App* k : known) names += (names.empty() ? "" : ", ") + k->get_name();
     return fmt::format("unknown {}subcommand '{}' (expected one of: {})", where, word, names);
   }
+  for (const std::string& word : level->remaining()) {
+    if (!word.empty() && word[0] == '-') return fmt::format("unknown {}option '{}'", where, word);
+  }
   return "";
 }
 

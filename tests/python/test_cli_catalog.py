@@ -80,6 +80,8 @@ USAGE_CASES = [
     pytest.param(["frobnicate"], ["unknown subcommand 'frobnicate'", "expected one of: info, run"],
                  id="unknown subcommand"),
     pytest.param(["--frob", "info"], ["--frob"], id="unknown top-level option"),
+    pytest.param(["--frob"], ["unknown option '--frob'"], id="unknown top-level option alone"),
+    pytest.param(["golden", "--frob"], ["unknown golden option '--frob'"], id="unknown golden option"),
     pytest.param(["golden", "frob"], ["unknown golden subcommand 'frob'", "expected one of: write, check"],
                  id="unknown golden subcommand"),
     pytest.param(["report", "frob"], ["unknown report subcommand 'frob'", "expected one of: merge"],
