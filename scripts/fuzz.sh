@@ -5,19 +5,9 @@
 #   ROPEKV_FUZZ_SECONDS   seconds per target (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 seconds="${ROPEKV_FUZZ_SECONDS:-60}"
-need=(clang-19 libclang-rt-19-dev libomp-19-dev)
-missing=()
-for p in "${need[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing ${missing[*]}"
-  log=$(mktemp)
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1 ||
-    { cat "$log"; rm -f "$log"; echo "fuzz: apt-get failed" >&2; exit 1; }
-  rm -f "$log"
-fi
+install_missing fuzz clang-19 libclang-rt-19-dev libomp-19-dev
 dir=build-libfuzzer
 mkdir -p $dir
 if [ ! -f $dir/CMakeCache.txt ]; then

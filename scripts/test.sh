@@ -10,23 +10,11 @@
 # Skips: ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 bash scripts/setup.sh
 build_dir="${ROPEKV_BUILD_DIR:-build}"
 jobs="${ROPEKV_JOBS:-$(nproc)}"
 
-install_missing() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "test: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  local_log=$(mktemp)
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$local_log" 2>&1 ||
-    { cat "$local_log"; rm -f "$local_log"; echo "apt-get failed" >&2; exit 1; }
-  rm -f "$local_log"
-}
 
 venv="$build_dir/venv"
 stamp="$venv/.ropekv-requirements"
@@ -64,7 +52,7 @@ if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ] && ! command -v nvcc >/dev/null; th
   echo "== GPU compile checks: SKIPPED (nvcc not on PATH: install the CUDA toolkit, or set ROPEKV_SKIP_GPU_BUILDS=1)"
 elif [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ]; then
   echo "== GPU compile checks"
-  install_missing hipcc rocm-device-libs libamdhip64-dev clang-19
+  install_missing test hipcc rocm-device-libs libamdhip64-dev clang-19
   bash scripts/gpu_compile_checks.sh >build-gpucheck.log 2>&1 && echo "gpu compile checks: all passed" ||
     { tail -n 40 build-gpucheck.log; failed+=(gpu-builds); }
 fi
