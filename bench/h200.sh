@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Issue #6 on one NVIDIA H200, in one call (< 8 minutes): device correctness, then the bench
-# cases hot and cold, the kernel variants side by side, a heads-per-block / block-size sweep
-# at decode sizes, and the nvcc resource report. Writes everything under $OUT (default
+# Issue #6 on one NVIDIA H200, in one call (< 5 minutes): device correctness, then the bench
+# cases hot (fast_v3 = auto, fast_v2, general side by side), two cases cold, a small fast_v3
+# block-size sweep at decode sizes, and the nvcc resource report. Writes everything under $OUT (default
 # ./bench-out) and prints a short table against the issue #6 targets last.
 #
 # Needs the nvcc build (see docs/perf.md "Build"):
-#   cmake -S . -B build-perf-nv -DCMAKE_BUILD_TYPE=Release -DROPEKV_GPU=nvidia -DROPEKV_CUDA_ARCHS=90a
-#   cmake --build build-perf-nv -j2 --target ropekv
+#   cmake -S . -B build-perf2-nv -DCMAKE_BUILD_TYPE=Release -DROPEKV_GPU=nvidia -DROPEKV_CUDA_ARCHS=90a
+#   cmake --build build-perf2-nv -j2 --target ropekv
 # Override the binary with ROPEKV_BIN=path.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${ROPEKV_BIN:-$ROOT/build-perf-nv/ropekv}
+BIN=${ROPEKV_BIN:-$ROOT/build-perf2-nv/ropekv}
 OUT=${OUT:-./bench-out}
 mkdir -p "$OUT"
 LOG="$OUT/h200.log"
@@ -39,18 +39,16 @@ command -v cuobjdump > /dev/null && cuobjdump --dump-sass "$BIN" 2> /dev/null \
 #    against the reference, on the 2000-case stream.
 step fuzz 150 "$BIN" fuzz --backends ref,hip --cases 2000 --max-tokens 64 --json "$OUT/fuzz-ref-hip.json"
 
-# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy, fast (auto) vs general: hot.
-step bench-hot 150 "$BIN" bench --backend hip --variant auto,general --mode copy,zero_copy \
-  --json "$OUT/bench-hot.json"
-# 3. Cold (input sets rotated beyond L2), the plan's variant.
-step bench-cold 100 "$BIN" bench --backend hip --cold --variant auto --mode copy,zero_copy \
-  --json "$OUT/bench-cold.json"
-# 4. Sweep heads per block (hpb) and units per thread (upt) at the decode sizes, bf16 cache.
-SWEEP=auto
-for h in 1 2 4 8 16; do for u in 1 2 4; do SWEEP="$SWEEP,hpb=$h+upt=$u"; done; done
-step bench-sweep 120 "$BIN" bench --backend hip --cache bf16 --mode copy --variant "$SWEEP" \
+# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: v3 (auto), v2, general, hot.
+step bench-hot 150 "$BIN" bench --backend hip --variant auto,v2,general --mode copy,zero_copy \
+  --budget 0.15 --json "$OUT/bench-hot.json"
+# 3. Cold (input sets rotated beyond L2), the plan's variant, two cases.
+step bench-cold 40 "$BIN" bench --backend hip --cold --variant auto --mode copy --cache bf16 \
+  --case deepseek-v3:128 --case deepseek-v3:4096 --budget 0.15 --json "$OUT/bench-cold.json"
+# 4. fast_v3 block size at the decode sizes, bf16 cache.
+step bench-sweep 40 "$BIN" bench --backend hip --cache bf16 --mode copy --variant auto,bt=64,bt=128,bt=256 \
   --case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:128 --case deepseek-v3-tp8:512 \
-  --budget 0.15 --json "$OUT/bench-sweep.json"
+  --budget 0.1 --json "$OUT/bench-sweep.json"
 
 echo
 echo "== sweep: best variant per case (us/call)"

@@ -19,7 +19,7 @@ namespace ropekv_gpu {
 __global__ void __launch_bounds__(rk_max_block_threads) rk_fused_kernel(rk_params p) {
   rk_fused_body(p);
 }
-__global__ void __launch_bounds__(rk_max_block_threads) rk_fast3_kernel(rk_params p) {
+__global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks) rk_fast3_kernel(rk_params p) {
   rk_fast3_body(p);
 }
 

@@ -16,6 +16,13 @@
 namespace ropekv {
 namespace {
 
+// 16-byte vector copy, grid-stride: the copy-kernel denominator of `ropekv bench`.
+__global__ void __launch_bounds__(256) rk_copy16_kernel(const uint4* src, uint4* dst, int64_t n16) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += stride)
+    dst[i] = src[i];
+}
+
 void bcheck(hipError_t e, const char* what) {
   if (e != hipSuccess) throw error(std::string("hip bench: ") + what + ": " + hipGetErrorString(e));
 }
@@ -190,6 +197,34 @@ gpu_copy_timing hip_bench_copy(int64_t bytes, int64_t replays) {
   bcheck(hipStreamBeginCapture(ds.stream, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
   bcheck(hipMemcpyAsync(dst, src, static_cast<size_t>(bytes), hipMemcpyDeviceToDevice, ds.stream),
          "hipMemcpyAsync");
+  bcheck(hipStreamEndCapture(ds.stream, &ds.graph), "hipStreamEndCapture");
+  const std::vector<double> ms = ds.time_replays(replays, replays, 0.0);
+  gpu_copy_timing c;
+  c.bytes = bytes;
+  c.us_median = median_of(ms) * 1000.0;
+  c.gbps = 2.0 * static_cast<double>(bytes) / (c.us_median * 1e-6) / 1e9;
+  return c;
+}
+
+gpu_copy_timing hip_bench_copy_kernel(int64_t bytes, int64_t replays) {
+  if (bytes < 16 || bytes % 16 != 0) throw arg_error("copy bytes", "a positive multiple of 16", std::to_string(bytes));
+  device_scope ds;
+  void* src = ds.alloc(static_cast<size_t>(bytes));
+  void* dst = ds.alloc(static_cast<size_t>(bytes));
+  bcheck(hipMemset(src, 1, static_cast<size_t>(bytes)), "hipMemset");
+  bcheck(hipMemset(dst, 0, static_cast<size_t>(bytes)), "hipMemset");
+  bcheck(hipDeviceSynchronize(), "hipMemset");
+  int dev = 0;
+  hipDeviceProp_t prop;
+  std::memset(&prop, 0, sizeof(prop));
+  bcheck(hipGetDevice(&dev), "hipGetDevice");
+  bcheck(hipGetDeviceProperties(&prop, dev), "hipGetDeviceProperties");
+  const int64_t n16 = bytes / 16;
+  const int64_t blocks = std::min<int64_t>((n16 + 255) / 256, static_cast<int64_t>(prop.multiProcessorCount) * 8);
+  bcheck(hipStreamBeginCapture(ds.stream, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
+  rk_copy16_kernel<<<static_cast<unsigned>(blocks), 256, 0, ds.stream>>>(static_cast<const uint4*>(src),
+                                                                         static_cast<uint4*>(dst), n16);
+  bcheck(hipGetLastError(), "copy kernel launch");
   bcheck(hipStreamEndCapture(ds.stream, &ds.graph), "hipStreamEndCapture");
   const std::vector<double> ms = ds.time_replays(replays, replays, 0.0);
   gpu_copy_timing c;

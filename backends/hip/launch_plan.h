@@ -2,6 +2,7 @@
 // "not supported" reasons and run the same launch shape): op_args -> kernel parameters and grid.
 // Host-only code (it knows core/); the kernel body (kernel.h) does not.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +26,9 @@ struct rk_launch {
 
 inline constexpr uint32_t rk_block_threads = 128;      // general path
 inline constexpr uint32_t rk_max_block_threads = 256;  // __launch_bounds__ of the kernel
+// fast_v3's __launch_bounds__ min blocks per SM: 3 x 256 threads caps it at 80 registers on
+// sm_90 (no spills; 4 spills), 24 warps per SM in flight instead of 16 at its natural 102.
+inline constexpr int rk_fast3_min_blocks = 3;
 // Fast path sizing: at least this many blocks when the problem allows (4 per SM of an H200,
 // 132 SMs), at most rk_fast_max_units units (16 bytes each) per block.
 inline constexpr int64_t rk_fast_target_blocks = 4 * 132;
@@ -112,8 +116,11 @@ inline std::string rk_v3_refusal(const rk_params& p) {
   if (!aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
   // cache entries: 8 elements = 16 bytes (16-bit) or 8 bytes (fp8), base and both strides
   const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
+  // (and the addresses the kernel's own rk_paged_cache::entry forms: under ROPEKV_MUTATION 1
+  // they are misaligned, so v3 is refused and the general path carries the planted bug)
   for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
-    if (!aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0)
+    if (!aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
+        (p.cache.num_slots > 0 && !aligned(p.cache.entry(*part, 0), c8)))
       return "cache entries not aligned to 8 elements";
   const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
   if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
@@ -219,7 +226,9 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.heads_per_block = s.heads;
     // 256 threads per block, 128 when that leaves fewer than 2 blocks per SM of an H200
     const int64_t chunks = s.ts * static_cast<int64_t>(p.v3_token_chunks);
-    const int64_t threads = chunks / 256 < 2 * 132 ? 128 : 256;
+    int64_t threads = chunks / 256 < 2 * 132 ? 128 : 256;
+    if (ov.v3_block_threads > 0)
+      threads = std::min<int64_t>(rk_max_block_threads, (ov.v3_block_threads + 31) / 32 * 32);
     l.kernel = rk_kernel::fast3;
     l.block_threads = static_cast<uint32_t>(threads);
     l.grid_x = static_cast<uint32_t>((p.v3_token_chunks + threads - 1) / threads);
