@@ -19,8 +19,10 @@ namespace ropekv_gpu {
 __global__ void __launch_bounds__(rk_max_block_threads) rk_fused_kernel(rk_params p) {
   rk_fused_body(p);
 }
-__global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks) rk_fast3_kernel(rk_params p) {
-  rk_fast3_body(p);
+// One kernel per fast_v3 instantiation (launch_plan.h rk_v3_visit picks it on the host).
+template <class S>
+__global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<S>) rk_fast3_kernel(rk_params p) {
+  rk_fast3_body<S>(p);
 }
 
 }  // namespace ropekv_gpu
@@ -150,7 +152,10 @@ void hip_launch(const op_args& device_args, void* stream) {
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
   if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
-    ropekv_gpu::rk_fast3_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+    const hipStream_t s = static_cast<hipStream_t>(stream);
+    ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
+      ropekv_gpu::rk_fast3_kernel<decltype(spec)><<<grid, block, 0, s>>>(l.params);
+    });
   } else {
     ropekv_gpu::rk_fused_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
   }

@@ -294,6 +294,7 @@ struct rk_params {
   // elements per q_out row in the grid (q_nope_cpr nope chunks, 0 with zero-copy, then the rope
   // units: Dr/8 gptj, Dr/16 neox), per cache row, H * q_cpr, and all of one token.
   int32_t v3_q_cpr, v3_q_nope_cpr, v3_cache_nope_cpr, v3_q_chunks, v3_token_chunks;
+  int32_t v3_q_nope_chunks;  // H * v3_q_nope_cpr: the q nope chunks come first (warp-uniform)
 };
 
 // Elements per nope chunk: one 16-byte access on the wider of input and output.
@@ -630,10 +631,10 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
 
 // ------------------------------------------------------------------ fast_v3 (issue #6)
 // One thread per 16-byte chunk (8 elements of 16 bits) of output, no loops over heads or rows.
-// grid.y strides over tokens; grid.x * blockDim.x covers the chunks of one token:
-//   [0, H * q_cpr)                   q_out chunks: head h = c / q_cpr, j = c % q_cpr; j < q_nope_cpr:
-//                                    nope chunk j (none with zero-copy concat), else rope unit
-//   [H * q_cpr, + nope_cpr + rope)   the cache entry: Dn / 8 nope chunks, then the rope units
+// grid.y strides over tokens; grid.x * blockDim.x covers the chunks of one token, ordered so
+// that a warp runs one kind of chunk (rk_v3_chunk): the q nope chunks of all heads, then the q
+// rope units of all heads, then the cache entry's Dn / 8 nope chunks, then its rope units.
+// The kernel is a template over its dtypes and rope style (rk_v3_spec): see rk_v3_visit.
 // A rope unit is 8 elements: gptj the 4 pairs of elements [8u, 8u + 8); neox (Dr % 16 == 0)
 // the 8 pairs (i, i + Dr/2) for i in [8u, 8u + 8): a 16-byte load from each half.
 // Arithmetic and conversions are those of the general path (rk_rope4_f, rk_to_output,
@@ -642,9 +643,22 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
 // same dtype or fp8; Dn % 8 == 0; Dr % 8 (gptj) or % 16 (neox) == 0; every row 16-byte aligned
 // (8-byte for an fp8 cache); table rows aligned to 4 values; no in-place rope.
 
-// 8 rope values -> cache dtype (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
-ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, uint32_t* o) {
-  const int32_t ct = p.cache.dtype;
+// Compile-time specialisation (issue #6): fast_v3 is a template over the few things that change
+// its code: q/kv dtype (Q, also kv's), cache dtype (C), rope style (NEOX), table dtype (T). A
+// value rk_v3_dyn means "read it from rk_params at run time": rk_v3_generic is the one
+// instantiation that covers every problem the plan accepts. The host picks the instantiation
+// once (launch_plan.h rk_v3_visit). The conversions are the same functions as everywhere else
+// (rk_encode, rk_decode, rk_to_output, rk_canon_nan16x2) called with a compile-time dtype, so
+// the compiler folds their switches away and the bytes stay those of the general path.
+constexpr int32_t rk_v3_dyn = -1;
+template <int32_t Q, int32_t C, int32_t NEOX, int32_t T>
+struct rk_v3_spec {
+  static constexpr int32_t q = Q, cache = C, neox = NEOX, table = T;
+};
+using rk_v3_generic = rk_v3_spec<rk_v3_dyn, rk_v3_dyn, rk_v3_dyn, rk_v3_dyn>;
+
+// 8 rope values -> cache dtype ct (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
+ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
   if (rk_is_fp8(ct)) {
     o[0] = o[1] = 0u;
     ROPEKV_UNROLL
@@ -680,16 +694,16 @@ ROPEKV_DEVICE void rk_v3_rope(bool neox, int32_t t, const uint32_t* wa, const ui
   }
 }
 
-ROPEKV_DEVICE void rk_v3_load_cos_sin(const rk_params& p, const char* cos_row, const char* sin_row,
+ROPEKV_DEVICE void rk_v3_load_cos_sin(int32_t tt, bool neox, const char* cos_row, const char* sin_row,
                                       int32_t unit, float* cs, float* sn) {
-  const int tab_sz = rk_size_bytes(p.table_dtype);
-  const int per = p.neox ? 8 : 4;
+  const int tab_sz = rk_size_bytes(tt);
+  const int per = neox ? 8 : 4;
   const int64_t off = static_cast<int64_t>(unit) * per * tab_sz;
-  rk_load_table4(p.table_dtype, cos_row + off, cs);
-  rk_load_table4(p.table_dtype, sin_row + off, sn);
-  if (p.neox) {
-    rk_load_table4(p.table_dtype, cos_row + off + 4 * tab_sz, cs + 4);
-    rk_load_table4(p.table_dtype, sin_row + off + 4 * tab_sz, sn + 4);
+  rk_load_table4(tt, cos_row + off, cs);
+  rk_load_table4(tt, sin_row + off, sn);
+  if (neox) {
+    rk_load_table4(tt, cos_row + off + 4 * tab_sz, cs + 4);
+    rk_load_table4(tt, sin_row + off + 4 * tab_sz, sn + 4);
   }
 }
 
@@ -704,59 +718,82 @@ ROPEKV_DEVICE bool rk_v3_nope_written(int32_t j, int32_t chunks) {
 #endif
 }
 
-// One thread of fast_v3: chunk c of token t.
-ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
-  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+// The position of token t for its rope chunks; false: write nothing (unchecked device value
+// out of range in error mode).
+ROPEKV_DEVICE bool rk_v3_position(const rk_params& p, int64_t t, int64_t* pos_out) {
   int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
-  const bool is_q = c < p.v3_q_chunks;
-  if (is_q) {
-    if (!(t < p.tq && (slot >= 0 || p.pad_q_computed))) return;
-  } else if (slot < 0 || slot >= p.cache.num_slots) {
-    return;  // padding (or, through hip_launch, an unchecked slot beyond the cache)
-  }
   if (pos < 0 || pos >= p.table_rows) {
-    if (!p.pos_clamp) return;  // unchecked device value in error mode: write nothing
+    if (!p.pos_clamp) return false;
     pos = pos < 0 ? 0 : p.table_rows - 1;
   }
+  *pos_out = pos;
+  return true;
+}
+
+// One thread of fast_v3: chunk c of token t. Chunk order (warp-uniform kinds):
+//   [0, H * nq)                  q nope chunks, head-major (nq = v3_q_nope_cpr, 0 zero-copy):
+//                                pure copy; reads the slot only with pad_q = skipped, never the
+//                                position
+//   [H * nq, v3_q_chunks)        q rope units, head-major (units = v3_q_cpr - nq per head)
+//   [v3_q_chunks, + cache_nope)  the cache entry's nope chunks (slot, no position)
+//   [.., v3_token_chunks)        the cache entry's rope units (slot and position)
+// An out-of-range position (unchecked device values, error mode) skips the rope chunks only:
+// the nope chunks never read it (the general path then writes nothing for the token).
+template <class S>
+ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
+  const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
+  const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;  // specialised only when kv dtype == q dtype
+  const int32_t ct = S::cache >= 0 ? S::cache : p.cache.dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
   const int64_t half_bytes = p.dr;  // Dr/2 elements of 2 bytes (q and kv are 16-bit here)
+  const int32_t q_units = p.v3_q_cpr - p.v3_q_nope_cpr;
+  if (c < p.v3_q_nope_chunks) {  // q nope: copy with NaN canonicalisation
+    if (t >= p.tq) return;
+    if (!p.pad_q_computed && rk_load_index(p.slots, t, p.slots_s0, p.slots_i64) < 0) return;
+    const int32_t h = c / p.v3_q_nope_cpr;
+    const int32_t j = c - h * p.v3_q_nope_cpr;
+    if (!rk_v3_nope_written(j, p.v3_q_nope_cpr)) return;
+    uint32_t w[4];
+    rk_load_words(p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2 + j * 16, 16, w);
+    ROPEKV_UNROLL
+    for (int i = 0; i < 4; ++i) w[i] = rk_canon_nan16x2(w[i], qt);
+    rk_store_words(p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + j * 16, 16, w);
+    return;
+  }
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
   uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
   float cs[8], sn[8], ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (is_q) {
-    const int32_t h = c / p.v3_q_cpr;
-    const int32_t j = c - h * p.v3_q_cpr;
-    char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;
-    if (j < p.v3_q_nope_cpr) {
-      if (!rk_v3_nope_written(j, p.v3_q_nope_cpr)) return;
-      rk_load_words(p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2 + j * 16, 16, wa);
-      ROPEKV_UNROLL
-      for (int i = 0; i < 4; ++i) wa[i] = rk_canon_nan16x2(wa[i], p.q_dtype);
-      rk_store_words(out_row + j * 16, 16, wa);
-      return;
-    }
-    const int32_t u = j - p.v3_q_nope_cpr;
+  int64_t pos = 0;
+  if (c < p.v3_q_chunks) {  // q rope unit
+    if (!(t < p.tq && (slot >= 0 || p.pad_q_computed))) return;
+    if (!rk_v3_position(p, t, &pos)) return;
+    const int32_t cr = c - p.v3_q_nope_chunks;
+    const int32_t h = cr / q_units;
+    const int32_t u = cr - h * q_units;
     const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;
     rk_load_words(pe_row + u * 16, 16, wa);
-    if (p.neox) rk_load_words(pe_row + half_bytes + u * 16, 16, wb);
-    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
-    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
-    rk_v3_load_cos_sin(p, cos_row, sin_row, u, cs, sn);
-    rk_v3_rope(p.neox != 0, p.q_dtype, wa, wb, cs, sn, ra, rb);
-    char* out_pe = out_row + p.dn * 2;
+    if (neox) rk_load_words(pe_row + half_bytes + u * 16, 16, wb);
+    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
+    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
+    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, u, cs, sn);
+    rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+    char* out_pe = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + p.dn * 2;
     uint32_t o[4] = {0u, 0u, 0u, 0u};
     ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(p.q_dtype, ra[m]) & 0xffffu) << (16 * (m & 1));
+    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
     rk_store_words(out_pe + u * 16, 16, o);
-    if (p.neox) {
+    if (neox) {
       uint32_t ob[4] = {0u, 0u, 0u, 0u};
       ROPEKV_UNROLL
-      for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(p.q_dtype, rb[m]) & 0xffffu) << (16 * (m & 1));
+      for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
       rk_store_words(out_pe + half_bytes + u * 16, 16, ob);
     }
     return;
   }
   // the cache entry of token t
+  if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
   const int32_t j = c - p.v3_q_chunks;
-  const int32_t ct = p.cache.dtype;
   const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
   if (j < p.v3_cache_nope_cpr) {
     if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
@@ -766,7 +803,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
       uint32_t o[2] = {0u, 0u};
       ROPEKV_UNROLL
       for (int m = 0; m < 8; ++m) {
-        const float v = rk_decode(p.k_dtype, rk_lane16(wa, m));
+        const float v = rk_decode(kt, rk_lane16(wa, m));
         o[m >> 2] |= (rk_to_output(v, ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
       }
       rk_store_words(dst, 8, o);
@@ -777,29 +814,31 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
     }
     return;
   }
+  if (!rk_v3_position(p, t, &pos)) return;
   const int32_t u = j - p.v3_cache_nope_cpr;
   const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;
   rk_load_words(kpe_row + u * 16, 16, wa);
-  if (p.neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
-  const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
-  const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
-  rk_v3_load_cos_sin(p, cos_row, sin_row, u, cs, sn);
-  rk_v3_rope(p.neox != 0, p.k_dtype, wa, wb, cs, sn, ra, rb);
+  if (neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
+  const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
+  const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
+  rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, u, cs, sn);
+  rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   char* dst = p.cache.entry(p.cache.rope, slot);
   uint32_t o[4];
-  rk_pack8(ra, p, o);
+  rk_pack8(ra, p, ct, o);
   rk_store_words(dst + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
-  if (p.neox) {
-    rk_pack8(rb, p, o);
+  if (neox) {
+    rk_pack8(rb, p, ct, o);
     rk_store_words(dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
   }
 }
 
 // The fast_v3 kernel body: grid.x * blockDim.x >= chunks of one token, grid.y strides tokens.
+template <class S>
 ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
   const int32_t c = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= p.v3_token_chunks) return;
-  for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk(p, t, c);
+  for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk<S>(p, t, c);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

@@ -29,6 +29,10 @@ inline constexpr uint32_t rk_max_block_threads = 256;  // __launch_bounds__ of t
 // fast_v3's __launch_bounds__ min blocks per SM: 3 x 256 threads caps it at 80 registers on
 // sm_90 (no spills; 4 spills), 24 warps per SM in flight instead of 16 at its natural 102.
 inline constexpr int rk_fast3_min_blocks = 3;
+// A specialised fast_v3 instantiation (kernel.h rk_v3_spec) needs <= 56 registers on sm_90 with
+// no cap: 4 x 256 threads per SM (64-register cap, no spills), 32 warps in flight.
+template <class S>
+inline constexpr int rk_fast3_min_blocks_for = S::q >= 0 ? 4 : rk_fast3_min_blocks;
 // Fast path sizing: at least this many blocks when the problem allows (4 per SM of an H200,
 // 132 SMs), at most rk_fast_max_units units (16 bytes each) per block.
 inline constexpr int64_t rk_fast_target_blocks = 4 * 132;
@@ -140,6 +144,72 @@ inline std::string rk_unsupported_reason(const ropekv::op_args& a) {
   return {};
 }
 
+// fast_v3's compile-time instantiations (kernel.h rk_v3_spec): q (= kv) bf16|f16 x cache {the
+// same dtype, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz} x {gptj, neox} x table {q's dtype, f32}: 40.
+// Everything else fast_v3 accepts (kv dtype != q dtype, an f16 table with bf16 q, ...) runs the
+// generic instantiation rk_v3_generic (dtypes read at run time), as does
+// rk_variant_overrides().v3_generic.
+inline bool rk_v3_specialised(const rk_params& p) {
+  return !rk_variant_overrides().v3_generic && p.k_dtype == p.q_dtype &&
+         (p.q_dtype == rk_bf16 || p.q_dtype == rk_f16) &&
+         (p.cache.dtype == p.q_dtype || rk_is_fp8(p.cache.dtype)) &&
+         (p.table_dtype == p.q_dtype || p.table_dtype == rk_f32);
+}
+
+template <int32_t Q, int32_t C, int32_t NEOX, class F>
+void rk_v3_visit_table(const rk_params& p, F&& f) {
+  if (p.table_dtype == Q) return f(rk_v3_spec<Q, C, NEOX, Q>{});
+  if (p.table_dtype == rk_f32) return f(rk_v3_spec<Q, C, NEOX, rk_f32>{});
+  throw ropekv::error("rk_v3_visit: table dtype " + std::to_string(p.table_dtype) + " not specialised");
+}
+template <int32_t Q, int32_t C, class F>
+void rk_v3_visit_style(const rk_params& p, F&& f) {
+  if (p.neox) return rk_v3_visit_table<Q, C, 1>(p, f);
+  return rk_v3_visit_table<Q, C, 0>(p, f);
+}
+template <int32_t Q, class F>
+void rk_v3_visit_cache(const rk_params& p, F&& f) {
+  if (p.cache.dtype == Q) return rk_v3_visit_style<Q, Q>(p, f);
+  switch (p.cache.dtype) {
+    case rk_e4m3fn: return rk_v3_visit_style<Q, rk_e4m3fn>(p, f);
+    case rk_e4m3fnuz: return rk_v3_visit_style<Q, rk_e4m3fnuz>(p, f);
+    case rk_e5m2: return rk_v3_visit_style<Q, rk_e5m2>(p, f);
+    case rk_e5m2fnuz: return rk_v3_visit_style<Q, rk_e5m2fnuz>(p, f);
+    default:
+      throw ropekv::error("rk_v3_visit: cache dtype " + std::to_string(p.cache.dtype) + " not specialised");
+  }
+}
+// Calls f(S{}) once, S = the fast_v3 instantiation for p (dispatch once, on the host).
+template <class F>
+void rk_v3_visit(const rk_params& p, F&& f) {
+  if (!rk_v3_specialised(p)) return f(rk_v3_generic{});
+  switch (p.q_dtype) {
+    case rk_bf16: return rk_v3_visit_cache<rk_bf16>(p, f);
+    case rk_f16: return rk_v3_visit_cache<rk_f16>(p, f);
+    default:
+      throw ropekv::error("rk_v3_visit: q dtype " + std::to_string(p.q_dtype) + " not specialised");
+  }
+}
+
+inline const char* rk_dtype_short(int32_t t) {
+  switch (t) {
+    case rk_f32: return "f32";
+    case rk_f16: return "f16";
+    case rk_bf16: return "bf16";
+    case rk_e4m3fn: return "e4m3fn";
+    case rk_e4m3fnuz: return "e4m3fnuz";
+    case rk_e5m2: return "e5m2";
+    case rk_e5m2fnuz: return "e5m2fnuz";
+    default: throw ropekv::error("rk_dtype_short: unknown kernel dtype " + std::to_string(t));
+  }
+}
+// "bf16/e4m3fn/gptj/f32" for a specialised fast_v3 launch, "generic" otherwise.
+inline std::string rk_v3_spec_name(const rk_params& p) {
+  if (!rk_v3_specialised(p)) return "generic";
+  return std::string(rk_dtype_short(p.q_dtype)) + "/" + rk_dtype_short(p.cache.dtype) + "/" +
+         (p.neox ? "neox" : "gptj") + "/" + rk_dtype_short(p.table_dtype);
+}
+
 // Builds the launch for validated args (views may be host or device memory).
 inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   using ropekv::dtype;
@@ -222,6 +292,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.v3_q_cpr = p.v3_q_nope_cpr + units;
     p.v3_cache_nope_cpr = static_cast<int32_t>(s.dn / 8);
     p.v3_q_chunks = static_cast<int32_t>(s.heads) * p.v3_q_cpr;
+    p.v3_q_nope_chunks = static_cast<int32_t>(s.heads) * p.v3_q_nope_cpr;
     p.v3_token_chunks = p.v3_q_chunks + p.v3_cache_nope_cpr + units;
     p.heads_per_block = s.heads;
     // 256 threads per block, 128 when that leaves fewer than 2 blocks per SM of an H200
@@ -233,7 +304,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.block_threads = static_cast<uint32_t>(threads);
     l.grid_x = static_cast<uint32_t>((p.v3_token_chunks + threads - 1) / threads);
     l.grid_y = static_cast<uint32_t>(s.ts < rk_max_grid_y ? (s.ts > 0 ? s.ts : 1) : rk_max_grid_y);
-    l.variant = "fast_v3(threads" + std::to_string(threads) + ")";
+    l.variant = "fast_v3(threads" + std::to_string(threads) + "," + rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     return l;
   }

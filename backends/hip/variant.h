@@ -14,6 +14,7 @@ struct rk_variant_override {
   int32_t no_zero_copy = 0;      // 1: copy q_nope onto q_out even when it is q_out itself
   int32_t no_v3 = 0;             // 1: never take fast_v3 (fast_v2 or general, as before)
   int64_t v3_block_threads = 0;  // > 0: fast_v3 block size (multiple of 32, <= 256)
+  int32_t v3_generic = 0;        // 1: fast_v3 runs its generic instantiation (no dtype templates)
 };
 
 // The process-wide override (not thread-safe to change while launches are being planned).

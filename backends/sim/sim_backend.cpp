@@ -19,6 +19,7 @@
 namespace ropekv {
 namespace {
 
+template <class S>
 void sim_launch(const ropekv_gpu::rk_launch& l) {
   if (l.empty) return;
   const int64_t blocks = static_cast<int64_t>(l.grid_x) * l.grid_y;
@@ -31,7 +32,7 @@ void sim_launch(const ropekv_gpu::rk_launch& l) {
     for (uint32_t th = 0; th < l.block_threads; ++th) {
       threadIdx = {th, 0, 0};
       if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
-        ropekv_gpu::rk_fast3_body(params);
+        ropekv_gpu::rk_fast3_body<S>(params);
       } else {
         ropekv_gpu::rk_fused_body(params);
       }
@@ -54,7 +55,12 @@ class sim_backend final : public backend {
 #if ROPEKV_MUTATION != 0
     variant_ += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
-    sim_launch(l);
+    if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
+      // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit)
+      ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) { sim_launch<decltype(spec)>(l); });
+    } else {
+      sim_launch<ropekv_gpu::rk_v3_generic>(l);
+    }
   }
   std::string last_variant() const override { return variant_; }
   std::string device_description() const override {

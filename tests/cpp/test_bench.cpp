@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/hip/variant.h"
@@ -202,6 +204,38 @@ TEST_CASE("fast_v3: sim passes against the reference; bytes identical to the gen
     }
     INFO(r);
     CHECK(same_bytes(v3, general));
+  }
+}
+
+// Compile-time specialisation (launch_plan.h rk_v3_visit): the instantiation the plan names in
+// the variant, and bytes identical to the generic instantiation (dtypes read at run time).
+TEST_CASE("fast_v3: specialised instantiations name themselves and match the generic one bit for bit") {
+  const std::vector<std::pair<const char*, const char*>> want = {
+      {v3_cases[0], "bf16/bf16/gptj/bf16"},
+      {v3_cases[1], "bf16/bf16/neox/bf16"},
+      {v3_cases[2], "f16/e4m3fn/gptj/f32"},
+      {v3_cases[4], "bf16/e5m2/neox/bf16"},
+      {v3_cases[5], "generic"},  // f16 table with bf16 q: not instantiated
+      {v3_cases[8], "bf16/e5m2fnuz/neox/bf16"},
+  };
+  for (const auto& [r, name] : want) {
+    const problem p = parse_problem(r);
+    case_data initial = make_case(p);
+    case_data spec = initial.clone();
+    case_data generic = initial.clone();
+    auto sim = make_sim_backend();
+    sim->run_host(spec.args, spec.regions());
+    INFO(r, " -> ", sim->last_variant());
+    CHECK(sim->last_variant().find(std::string(",") + name + ")") != std::string::npos);
+    {
+      ropekv_gpu::rk_variant_override ov;
+      ov.v3_generic = 1;
+      override_guard g(ov);
+      sim->run_host(generic.args, generic.regions());
+      CHECK(sim->last_variant().find(",generic)") != std::string::npos);
+    }
+    CHECK(same_bytes(spec, generic));
+    CHECK(!same_bytes(spec, initial));  // the op wrote something
   }
 }
 
