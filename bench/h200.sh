@@ -5,12 +5,12 @@
 # ./bench-out) and prints a short table against the issue #6 targets last.
 #
 # Needs the nvcc build (see docs/perf.md "Build"):
-#   cmake -S . -B build-perf2-nv -DCMAKE_BUILD_TYPE=Release -DROPEKV_GPU=nvidia -DROPEKV_CUDA_ARCHS=90a
-#   cmake --build build-perf2-nv -j2 --target ropekv
+#   cmake -S . -B build-perf3-nv -DCMAKE_BUILD_TYPE=Release -DROPEKV_GPU=nvidia -DROPEKV_CUDA_ARCHS=90a
+#   cmake --build build-perf3-nv -j2 --target ropekv
 # Override the binary with ROPEKV_BIN=path.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${ROPEKV_BIN:-$ROOT/build-perf2-nv/ropekv}
+BIN=${ROPEKV_BIN:-$ROOT/build-perf3-nv/ropekv}
 OUT=${OUT:-./bench-out}
 mkdir -p "$OUT"
 LOG="$OUT/h200.log"
@@ -39,8 +39,9 @@ command -v cuobjdump > /dev/null && cuobjdump --dump-sass "$BIN" 2> /dev/null \
 #    against the reference, on the 2000-case stream.
 step fuzz 150 "$BIN" fuzz --backends ref,hip --cases 2000 --max-tokens 64 --json "$OUT/fuzz-ref-hip.json"
 
-# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: v3 (auto), v2, general, hot.
-step bench-hot 150 "$BIN" bench --backend hip --variant auto,v2,general --mode copy,zero_copy \
+# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: v3 (auto: the specialised
+#    instantiation), v3generic (dtypes read at run time, the kernel before the templates), v2, general.
+step bench-hot 190 "$BIN" bench --backend hip --variant auto,v3generic,v2,general --mode copy,zero_copy \
   --budget 0.15 --json "$OUT/bench-hot.json"
 # 3. Cold (input sets rotated beyond L2), the plan's variant, two cases.
 step bench-cold 40 "$BIN" bench --backend hip --cold --variant auto --mode copy --cache bf16 \
