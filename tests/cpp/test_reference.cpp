@@ -576,7 +576,7 @@ TEST_CASE("reference: many tokens, 1 to 3 threads, bf16 -> bf16 and fp8: every e
         ++checked;
       }
     }
-    MESSAGE(dtype_name(out) << ": " << nan_rope << " rope NaN elements differ only in the NaN's sign");
+    MESSAGE(std::string(dtype_name(out)) << ": " << nan_rope << " rope NaN elements differ only in the NaN's sign");
     CHECK(checked > 20000);
     CHECK(bad == 0);
   }
