@@ -343,7 +343,8 @@ ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row
   }
 }
 
-ROPEKV_DEVICE bool rk_aligned(const void* p, int bytes) {
+// bytes: a power of two. Host and device (launch_plan.h checks eligibility with it).
+ROPEKV_HOST_DEVICE bool rk_aligned(const void* p, int64_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
 }
 

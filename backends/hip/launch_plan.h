@@ -66,69 +66,69 @@ inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec
   return hpb;
 }
 
-// "" when the fast q path (kernel.h rk_fast_q) may run on these params, else why not.
-inline std::string rk_fast_q_refusal(const rk_params& p) {
-  auto aligned = [](const void* ptr, int64_t bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
-  };
-  if (rk_variant_overrides().force_general) return "forced general";
+// The q-side conditions both fast paths need: 16-bit q and q_out of one dtype, ...
+inline std::string rk_fast_q_dtype_refusal(const rk_params& p) {
   if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
   if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
-  if (p.dn % 8 != 0 || p.dr % 8 != 0) return "Dn or Dr not a multiple of 8";
+  return {};
+}
+// ... row widths, a table dtype they specialise, and 16-byte q rows: base and both outer
+// strides (2-byte elements: strides multiple of 8).
+inline std::string rk_fast_q_rows_refusal(const rk_params& p) {
   if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
   if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
     return "table dtype";
-  // 16-byte rows: base and both outer strides (2-byte elements: strides multiple of 8)
-  if (!p.skip_q_nope && (!aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
+  if (!p.skip_q_nope && (!rk_aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
     return "q_nope rows not 16-byte aligned";
-  if (!aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
+  if (!rk_aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
     return "q_pe rows not 16-byte aligned";
-  if (!aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
+  if (!rk_aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
     return "q_out rows not 16-byte aligned";
+  return {};
+}
+inline std::string rk_cos_sin_refusal(const rk_params& p) {
   const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
-  if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
+  if (!rk_aligned(p.cos, tab4) || !rk_aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
     return "cos/sin rows not aligned to 4 values";
   return {};
 }
 
+// "" when the fast q path (kernel.h rk_fast_q) may run on these params, else why not.
+inline std::string rk_fast_q_refusal(const rk_params& p) {
+  if (rk_variant_overrides().force_general) return "forced general";
+  std::string why = rk_fast_q_dtype_refusal(p);
+  if (!why.empty()) return why;
+  if (p.dn % 8 != 0 || p.dr % 8 != 0) return "Dn or Dr not a multiple of 8";
+  why = rk_fast_q_rows_refusal(p);
+  return why.empty() ? rk_cos_sin_refusal(p) : why;
+}
+
 // "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
 inline std::string rk_v3_refusal(const rk_params& p) {
-  auto aligned = [](const void* ptr, int64_t bytes) {
-    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
-  };
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
-  if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
-  if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
+  std::string why = rk_fast_q_dtype_refusal(p);
+  if (!why.empty()) return why;
   if (p.k_dtype != rk_bf16 && p.k_dtype != rk_f16) return "kv dtype not f16/bf16";
   if (p.cache.dtype != p.k_dtype && !rk_is_fp8(p.cache.dtype)) return "cache dtype neither kv's nor fp8";
   if (p.dn % 8 != 0) return "Dn not a multiple of 8";
   if (p.dr % (p.neox ? 16 : 8) != 0) return "Dr not a multiple of 8 (gptj) / 16 (neox)";
-  if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
-  if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
-    return "table dtype";
-  // 16-byte rows (2-byte elements: strides multiple of 8 elements)
-  if (!p.skip_q_nope && (!aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
-    return "q_nope rows not 16-byte aligned";
-  if (!aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
-    return "q_pe rows not 16-byte aligned";
-  if (!aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
-    return "q_out rows not 16-byte aligned";
-  if (!aligned(p.kv_c, 16) || p.kv_c_s0 % 8 != 0) return "kv_c rows not 16-byte aligned";
-  if (!aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
+  why = rk_fast_q_rows_refusal(p);
+  if (!why.empty()) return why;
+  if (!rk_aligned(p.kv_c, 16) || p.kv_c_s0 % 8 != 0) return "kv_c rows not 16-byte aligned";
+  if (!rk_aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
   // cache entries: 8 elements = 16 bytes (16-bit) or 8 bytes (fp8), base and both strides
   const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
   // (and the addresses the kernel's own rk_paged_cache::entry forms: under ROPEKV_MUTATION 1
   // they are misaligned, so v3 is refused and the general path carries the planted bug)
   for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
-    if (!aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
-        (p.cache.num_slots > 0 && !aligned(p.cache.entry(*part, 0), c8)))
+    if (!rk_aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
+        (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(*part, 0), c8)))
       return "cache entries not aligned to 8 elements";
-  const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
-  if (!aligned(p.cos, tab4) || !aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
-    return "cos/sin rows not aligned to 4 values";
+  why = rk_cos_sin_refusal(p);
+  if (!why.empty()) return why;
   const int64_t units = p.dr / (p.neox ? 16 : 8);
   const int64_t token_chunks = p.heads * ((p.skip_q_nope ? 0 : p.dn / 8) + units) + p.dn / 8 + units;
   if (token_chunks > (int64_t{1} << 30)) return "chunks per token beyond 2^30";
