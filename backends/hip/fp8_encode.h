@@ -1,0 +1,136 @@
+// Fast f32 -> fp8 (saturating) and f32 -> f16 encoders for the GPU kernel.
+//
+// Bit-exact replacements for kernel.h's general rk_encode_narrow (64-bit integer math and
+// branches, ~100 instructions per value):
+//   rk_encode_fp8_sat<C>(v) == rk_encode_narrow(v, rk_format_of(C), /*saturate=*/true)
+//   rk_encode_f16_fast(v)   == rk_encode_narrow(v, rk_format_of(rk_f16), /*saturate=*/false)
+// for every f32 bit pattern (tests/cpp/test_fp8_encode.cpp; all 2^32 inputs were checked once).
+// 32-bit integer and float operations only, no loops, no branches (the compiler turns the
+// selects into predicated moves).
+//
+// The idea, for a narrow format with M mantissa bits and exponent bias B
+// (|v| = mag as f32 bits, s = 23 - M dropped mantissa bits):
+//   - normal results (|v| >= 2^(1-B), the smallest normal of the narrow format): the f32 bits of
+//     |v| are already "exponent:mantissa" in the right order. Rounding to nearest even is an
+//     integer add of (2^(s-1) - 1) plus the lowest kept bit, then a right shift by s; a carry out
+//     of the mantissa rounds up into the exponent for free. Re-biasing the exponent from 127 to B
+//     is subtracting (127 - B) << 23 before the shift, folded into the same add constant.
+//   - subnormal results (|v| < 2^(1-B)): the float "magic add" |v| + 2^k with k = 24 - B - M.
+//     The ulp of 2^k in f32 is 2^(k-23) = 2^(1-B-M), the narrow format's smallest subnormal, so
+//     the FPU rounds |v| to a multiple of it, to nearest even. The low bits of the sum are then
+//     the narrow code (a round-up to 1 << M is the smallest normal: also the right code). f32
+//     subnormal inputs give a code of 0 whether or not the FPU flushes them.
+//   - saturation is an unsigned min against the max finite code (f16: against the inf code
+//     0x7c00, so overflow gives inf); +-inf takes the normal path and lands there too.
+//   - NaN (mag > 0x7f800000) is selected last; the sign is ORed in, except that fnuz formats
+//     have no negative zero (code 0 stays 0x00) and a single unsigned NaN 0x80.
+#pragma once
+#include <cstdint>
+
+#include "backends/hip/gpu_compat.h"
+
+namespace ropekv_gpu {
+
+// Same values as kernel.h's rk_dtype codes (kept independent on purpose: no include).
+constexpr int32_t rk_fp8_e4m3fn = 3;
+constexpr int32_t rk_fp8_e4m3fnuz = 4;
+constexpr int32_t rk_fp8_e5m2 = 5;
+constexpr int32_t rk_fp8_e5m2fnuz = 6;
+
+ROPEKV_HOST_DEVICE uint32_t rk_fpenc_f32_bits(float v) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __float_as_uint(v);
+#else
+  uint32_t b;
+  __builtin_memcpy(&b, &v, 4);
+  return b;
+#endif
+}
+ROPEKV_HOST_DEVICE float rk_fpenc_bits_f32(uint32_t b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __uint_as_float(b);
+#else
+  float v;
+  __builtin_memcpy(&v, &b, 4);
+  return v;
+#endif
+}
+
+// Layout of one fp8 format, at compile time.
+template <int32_t C>
+struct rk_fp8_traits;
+template <>
+struct rk_fp8_traits<rk_fp8_e4m3fn> {
+  static constexpr int32_t man_bits = 3, bias = 7;
+  static constexpr uint32_t max_code = 0x7eu, nan_code = 0x7fu;  // NaN 0x7f / 0xff (signed)
+  static constexpr bool fnuz = false;
+};
+template <>
+struct rk_fp8_traits<rk_fp8_e4m3fnuz> {
+  static constexpr int32_t man_bits = 3, bias = 8;
+  static constexpr uint32_t max_code = 0x7fu, nan_code = 0x80u;
+  static constexpr bool fnuz = true;
+};
+template <>
+struct rk_fp8_traits<rk_fp8_e5m2> {
+  static constexpr int32_t man_bits = 2, bias = 15;
+  static constexpr uint32_t max_code = 0x7bu, nan_code = 0x7eu;  // saturating: inf never made
+  static constexpr bool fnuz = false;
+};
+template <>
+struct rk_fp8_traits<rk_fp8_e5m2fnuz> {
+  static constexpr int32_t man_bits = 2, bias = 16;
+  static constexpr uint32_t max_code = 0x7fu, nan_code = 0x80u;
+  static constexpr bool fnuz = true;
+};
+
+// The magnitude code of |v| (mag = f32 bits without the sign; not NaN), before saturation:
+// round to nearest even into a format with `man_bits` mantissa bits and exponent `bias`.
+// Codes at or above the format's inf/NaN/overflow range come out large (up to ~2^(9+man_bits)),
+// never wrapped, so one unsigned min saturates them.
+template <int32_t man_bits, int32_t bias>
+ROPEKV_HOST_DEVICE uint32_t rk_fpenc_round_mag(uint32_t mag) {
+  constexpr int32_t shift = 23 - man_bits;
+  // Normal path: RNE bias add with the exponent re-bias folded in (mod 2^32; only used when
+  // mag >= min_normal_bits > rebias, so the sum never wraps).
+  constexpr uint32_t rebias = static_cast<uint32_t>(127 - bias) << 23;
+  constexpr uint32_t add = ((1u << (shift - 1)) - 1u) - rebias;
+  const uint32_t normal_code = (mag + add + ((mag >> shift) & 1u)) >> shift;
+  // Subnormal path: magic add 2^k, k = 24 - bias - man_bits (ulp of 2^k = smallest subnormal).
+  constexpr uint32_t magic_bits = static_cast<uint32_t>(127 + 24 - bias - man_bits) << 23;
+  const float sum = rk_fpenc_bits_f32(mag) + rk_fpenc_bits_f32(magic_bits);
+  const uint32_t sub_code = rk_fpenc_f32_bits(sum) - magic_bits;
+  constexpr uint32_t min_normal_bits = static_cast<uint32_t>(128 - bias) << 23;  // 2^(1-bias)
+  return mag < min_normal_bits ? sub_code : normal_code;
+}
+
+// f32 -> fp8 code C (rk_fp8_e4m3fn .. rk_fp8_e5m2fnuz), RNE, finite overflow and +-inf saturate
+// to +-max, NaN -> the format's NaN (sign kept for e4m3fn / e5m2), fnuz: no negative zero.
+template <int32_t C>
+ROPEKV_HOST_DEVICE uint32_t rk_encode_fp8_sat(float v) {
+  using tr = rk_fp8_traits<C>;
+  const uint32_t bits = rk_fpenc_f32_bits(v);
+  const uint32_t mag = bits & 0x7fffffffu;
+  uint32_t code = rk_fpenc_round_mag<tr::man_bits, tr::bias>(mag);
+  code = code < tr::max_code ? code : tr::max_code;
+  code = mag > 0x7f800000u ? tr::nan_code : code;
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  if constexpr (tr::fnuz) {
+    // NaN is 0x80 already (ORing the sign into it changes nothing); zero stays unsigned.
+    return code | (code != 0u ? sign : 0u);
+  } else {
+    return code | sign;
+  }
+}
+
+// f32 -> f16 bits, RNE, overflow and +-inf -> +-inf, NaN -> 0x7e00 with the sign kept.
+ROPEKV_HOST_DEVICE uint32_t rk_encode_f16_fast(float v) {
+  const uint32_t bits = rk_fpenc_f32_bits(v);
+  const uint32_t mag = bits & 0x7fffffffu;
+  uint32_t code = rk_fpenc_round_mag<10, 15>(mag);
+  code = code < 0x7c00u ? code : 0x7c00u;  // any code past the max finite 0x7bff is inf
+  code = mag > 0x7f800000u ? 0x7e00u : code;
+  return code | ((bits >> 16) & 0x8000u);
+}
+
+}  // namespace ropekv_gpu
