@@ -4,9 +4,13 @@
 // branches, ~100 instructions per value):
 //   rk_encode_fp8_sat<C>(v) == rk_encode_narrow(v, rk_format_of(C), /*saturate=*/true)
 //   rk_encode_f16_fast(v)   == rk_encode_narrow(v, rk_format_of(rk_f16), /*saturate=*/false)
-// for every f32 bit pattern (tests/cpp/test_fp8_encode.cpp; all 2^32 inputs were checked once).
+// for every f32 bit pattern: tests/cpp/test_fp8_encode.cpp checks a stratified 6.7M patterns per
+// format; all 2^32 inputs were checked once, on the host (g++ -O2) and on an H200 (nvcc -O3,
+// with and without -ftz=true), both 0 mismatches in all five encoders.
 // 32-bit integer and float operations only, no loops, no branches (the compiler turns the
-// selects into predicated moves).
+// selects into predicated moves). sm_90a SASS (nvcc 13.0): 13 instructions for e4m3fn / e5m2 /
+// f16, 16 for the fnuz formats (rk_encode_narrow: ~62 with branches); a compute-bound loop over
+// 2^32 values on the H200 runs 2.5-3.4x faster than with rk_encode_narrow.
 //
 // The idea, for a narrow format with M mantissa bits and exponent bias B
 // (|v| = mag as f32 bits, s = 23 - M dropped mantissa bits):

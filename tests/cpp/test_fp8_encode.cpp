@@ -78,7 +78,7 @@ void check_fp8_format(const char* name) {
   const rk_format f = rk_format_of(C);
   const mismatch_count m = check_strata([](float v) { return rk_encode_fp8_sat<C>(v); },
                                         [f](float v) { return rk_encode_narrow(v, f, true); });
-  INFO(name, ": ", m.mismatches, " of ", m.checked, " patterns differ; first: f32 bits ",
+  INFO(std::string(name), ": ", m.mismatches, " of ", m.checked, " patterns differ; first: f32 bits ",
        hex(m.first_bits), " fast ", hex(m.first_fast), " reference ", hex(m.first_ref));
   CHECK(m.checked == 6ull * (1ull << 16) + 6ull * (1ull << 20));
   CHECK(m.mismatches == 0);
