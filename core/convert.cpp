@@ -11,6 +11,11 @@
 
 #include "core/error.h"
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>  // SSE2 is part of x86-64: _mm_stream_si128, _mm_sfence
+#define ROPEKV_STREAM_STORES 1
+#endif
+
 // The row-wise loops are plain C++ that compilers vectorize; where GCC can dispatch at load
 // time (x86-64 Linux), they are also built for AVX2 and the CPU picks the version it can run.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
@@ -362,6 +367,75 @@ ROPEKV_ROW_CLONES void recode_row_same_dtype(dtype t, const void* src, void* dst
     const uint32_t b = static_cast<uint32_t>(load_bits(t, p + i * static_cast<int64_t>(es)));
     if (is_nan_bits(t, b)) store_bits(t, p + i * static_cast<int64_t>(es), canonical_nan(l, (b & l.sign_bit) != 0));
   }
+}
+
+void recode_row_same_dtype_stream(dtype t, const void* src, void* dst, int64_t n) {
+  const layout l = layout_of(t);  // throws for non-float dtypes
+#if ROPEKV_STREAM_STORES
+  if (dtype_size_bytes(t) == 2 && l.fmt->has_inf && !l.fmt->fnuz) {
+    // f16 / bf16: NaN iff the magnitude is above the inf code (exp_mask); a NaN becomes the
+    // canonical quiet NaN of its sign (canonical_nan), everything else is copied. The same rule
+    // as recode_row_same_dtype, without branches: r = nan ? (x & sign) | qnan : x.
+    const uint16_t sign = static_cast<uint16_t>(l.sign_bit);
+    const uint16_t inf = static_cast<uint16_t>(l.exp_mask);
+    const uint16_t qnan = static_cast<uint16_t>(canonical_nan(l, false));
+    const auto one = [&](uint16_t x) -> uint16_t {
+      return (x & static_cast<uint16_t>(~sign)) > inf ? static_cast<uint16_t>((x & sign) | qnan) : x;
+    };
+    const uint8_t* q = static_cast<const uint8_t*>(src);
+    uint8_t* p = static_cast<uint8_t*>(dst);
+    int64_t i = 0;
+    for (; i < n && (reinterpret_cast<uintptr_t>(p + 2 * i) & 15u) != 0; ++i) {  // head: to 16 B
+      uint16_t x;
+      std::memcpy(&x, q + 2 * i, 2);
+      x = one(x);
+      std::memcpy(p + 2 * i, &x, 2);
+    }
+    const __m128i v_magnitude = _mm_set1_epi16(static_cast<short>(~sign));
+    const __m128i v_sign = _mm_set1_epi16(static_cast<short>(sign));
+    const __m128i v_inf = _mm_set1_epi16(static_cast<short>(inf));
+    const __m128i v_qnan = _mm_set1_epi16(static_cast<short>(qnan));
+    for (; i + 8 <= n; i += 8) {  // 8 elements, one aligned 16-byte streaming store
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * i));
+      // magnitudes are < 2^15: the signed compare is the unsigned one
+      const __m128i is_nan = _mm_cmpgt_epi16(_mm_and_si128(x, v_magnitude), v_inf);
+      const __m128i nan = _mm_or_si128(_mm_and_si128(x, v_sign), v_qnan);
+      const __m128i r = _mm_or_si128(_mm_andnot_si128(is_nan, x), _mm_and_si128(is_nan, nan));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p + 2 * i), r);
+    }
+    for (; i < n; ++i) {  // tail
+      uint16_t x;
+      std::memcpy(&x, q + 2 * i, 2);
+      x = one(x);
+      std::memcpy(p + 2 * i, &x, 2);
+    }
+    return;
+  }
+#endif
+  recode_row_same_dtype(t, src, dst, n);
+}
+
+void copy_bytes_stream(const void* src, void* dst, int64_t bytes) {
+  if (bytes <= 0) return;
+#if ROPEKV_STREAM_STORES
+  const uint8_t* q = static_cast<const uint8_t*>(src);
+  uint8_t* p = static_cast<uint8_t*>(dst);
+  const int64_t head = std::min<int64_t>(bytes, static_cast<int64_t>((16u - (reinterpret_cast<uintptr_t>(p) & 15u)) & 15u));
+  std::memcpy(p, q, static_cast<size_t>(head));
+  int64_t i = head;
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
+  }
+  std::memcpy(p + i, q + i, static_cast<size_t>(bytes - i));
+#else
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+#endif
+}
+
+void stream_store_fence() {
+#if ROPEKV_STREAM_STORES
+  _mm_sfence();
+#endif
 }
 
 double ulp_at(dtype t, double value) {

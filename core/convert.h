@@ -46,6 +46,22 @@ void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overf
 // becomes the canonical NaN of its sign (f32 keeps NaN payloads: encode_from_f32 into f32 is
 // the bit pattern). A copy plus a NaN fix-up. src == dst is allowed; any other overlap is not.
 void recode_row_same_dtype(dtype t, const void* src, void* dst, int64_t n);
+// recode_row_same_dtype with non-temporal (streaming) stores: the same bits at dst, written
+// around the caches, so a large output that is not read back soon (q_out, the cache) costs no
+// read-for-ownership of its lines. f16 and bf16 on x86-64 stream (16-byte SSE2 stores, plain
+// stores for the unaligned head and tail of dst); every other dtype, and every other target,
+// runs recode_row_same_dtype. src and dst must not overlap (src == dst: use
+// recode_row_same_dtype).
+// Streaming stores are weakly ordered: call stream_store_fence() after the last one, before
+// another thread may read dst (e.g. once per thread before an OpenMP barrier). The fence is
+// not in the row functions because one per row costs ~3x (1152-byte rows: 17.7 vs 54.7 GB/s).
+void recode_row_same_dtype_stream(dtype t, const void* src, void* dst, int64_t n);
+// memcpy(dst, src, bytes) with non-temporal stores where the target has them (x86-64), as
+// above: the same bytes, no overlap, stream_store_fence() after the last one.
+void copy_bytes_stream(const void* src, void* dst, int64_t bytes);
+// Orders every streaming store of the calling thread before its later stores (x86: sfence);
+// a no-op where the row functions above use plain stores.
+void stream_store_fence();
 
 // Spacing of format t at |value| (value finite): at a power of two the spacing above it; below
 // the smallest normal the subnormal spacing. Beyond max_finite: the spacing at max_finite.

@@ -52,11 +52,13 @@ struct scratch_rows {
   std::vector<float> cos_row, sin_row, x, nope;  // fp32 inputs
   int64_t table_token = -1;                      // the token whose cos/sin rows are loaded
   std::vector<double> rot, scaled, nope_scaled;  // exact rope values; values to be rounded
+  std::vector<uint8_t> codes;                    // one output row part, rounded, before its store
   explicit scratch_rows(const op_sizes& sz)
       : cos_row(static_cast<size_t>(sz.dr / 2)), sin_row(static_cast<size_t>(sz.dr / 2)),
         x(static_cast<size_t>(sz.dr)), nope(static_cast<size_t>(sz.dn)),
         rot(static_cast<size_t>(sz.dr)), scaled(static_cast<size_t>(sz.dr)),
-        nope_scaled(static_cast<size_t>(sz.dn)) {}
+        nope_scaled(static_cast<size_t>(sz.dn)),
+        codes(static_cast<size_t>(std::max(sz.dn, sz.dr)) * 4) {}
 };
 
 // How one output (q_out or the cache) rounds its values.
@@ -78,14 +80,22 @@ struct output_rule {
     }
   }
 
+  // Outputs (q_out, the cache) are written once and not read back by the op: their rows are
+  // stored with non-temporal stores (core/convert.h *_stream: the same bytes, no
+  // read-for-ownership of the destination lines; each thread fences once after its last
+  // item). In-place rows (q_pe, k_pe) were just read: plain stores.
+
   // Data-movement row: n elements of dtype `in` at src -> n elements of `type` at dst.
   // Each is round(fp32(x)), or for fp8 round_sat(fp32(x / scale)) (divide) /
   // round_sat(fp32(x * fp32(1 / scale))) (reciprocal), each a single fp32 operation.
   void write_nope(dtype in, const uint8_t* src, uint8_t* dst, int64_t n, scratch_rows& s) const {
     if (in == type && !fp8) {
       // round(fp32(x)) into x's own dtype is x, except that a NaN becomes the canonical NaN.
-      // (q_nope may be q_out itself, zero-copy concat: src == dst.)
-      recode_row_same_dtype(type, src, dst, n);
+      if (src == dst) {
+        recode_row_same_dtype(type, src, dst, n);  // zero-copy concat: q_nope is q_out itself
+      } else {
+        recode_row_same_dtype_stream(type, src, dst, n);
+      }
       return;
     }
     float* x = s.nope.data();
@@ -98,25 +108,29 @@ struct output_rule {
     } else {
       for (int64_t d = 0; d < n; ++d) v[d] = static_cast<float>(x[d] * recip);  // fp32 multiply
     }
-    encode_row_from_f64(type, v, dst, n, overflow);  // one rounding of an fp32 value
+    encode_row_from_f64(type, v, s.codes.data(), n, overflow);  // one rounding of an fp32 value
+    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes());
   }
 
   // Rope row: rot holds the exact x*C + R(x)*S; scaled in double for fp8 (v / scale, or
   // v * fp32(1 / scale)), then rounded once into n elements of `type` at dst.
   void write_rope(const double* rot, uint8_t* dst, int64_t n, scratch_rows& s) const {
     if (!fp8) {
-      encode_row_from_f64(type, rot, dst, n, overflow);
-      return;
-    }
-    double* v = s.scaled.data();
-    const double scale_f64 = scale, recip_f64 = recip;
-    if (conv == scale_conv::divide) {
-      for (int64_t j = 0; j < n; ++j) v[j] = rot[j] / scale_f64;
+      encode_row_from_f64(type, rot, s.codes.data(), n, overflow);
     } else {
-      for (int64_t j = 0; j < n; ++j) v[j] = rot[j] * recip_f64;
+      double* v = s.scaled.data();
+      const double scale_f64 = scale, recip_f64 = recip;
+      if (conv == scale_conv::divide) {
+        for (int64_t j = 0; j < n; ++j) v[j] = rot[j] / scale_f64;
+      } else {
+        for (int64_t j = 0; j < n; ++j) v[j] = rot[j] * recip_f64;
+      }
+      encode_row_from_f64(type, v, s.codes.data(), n, overflow);
     }
-    encode_row_from_f64(type, v, dst, n, overflow);
+    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes());
   }
+
+  int64_t elem_bytes() const { return static_cast<int64_t>(dtype_size_bytes(type)); }
 };
 
 // rope(x) for one row of Dr values: out[j] = x[j]*C + R(x[j])*S. The products of two fp32
@@ -198,7 +212,7 @@ void reference_run(const op_args& args) {
 #pragma omp parallel
   {
     scratch_rows s(sz);
-#pragma omp for schedule(dynamic, 32) collapse(2)
+#pragma omp for schedule(dynamic, 32) collapse(2) nowait
     for (int64_t t = 0; t < ts; ++t) {
       for (int64_t j = 0; j <= sz.heads; ++j) {
         const int64_t slot = load_index(args.slot_mapping, t);
@@ -240,6 +254,7 @@ void reference_run(const op_args& args) {
         }
       }
     }
+    stream_store_fence();  // this thread's output rows, before the barrier that ends the region
   }
 }
 

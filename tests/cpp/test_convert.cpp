@@ -708,3 +708,76 @@ TEST_CASE("conv rows: recode_row_same_dtype is round(fp32(x)) into x's dtype, co
   CHECK(out[2] == 0x8001);
   CHECK_THROWS_AS(recode_row_same_dtype(dtype::u8, plain, out, 1), arg_error);
 }
+
+TEST_CASE("conv rows: recode_row_same_dtype_stream equals recode_row_same_dtype at every code, offset and length") {
+  for (dtype t : all_floats) {
+    CAPTURE(dtype_name(t));
+    const std::vector<uint32_t> codes = row_test_codes(t);
+    const size_t es = dtype_size_bytes(t);
+    const int64_t n = static_cast<int64_t>(codes.size());
+    std::vector<uint8_t> src(codes.size() * es);
+    for (size_t i = 0; i < codes.size(); ++i) store_bits(t, src.data() + i * es, codes[i]);
+    std::vector<uint8_t> want(src.size());
+    recode_row_same_dtype(t, src.data(), want.data(), n);
+    // Every destination misalignment to 16 bytes (the unaligned head), source offsets, and
+    // lengths that end anywhere in a 16-byte chunk (the tail), with guard bytes on both sides.
+    int64_t bad = 0, guard_bad = 0, runs = 0;
+    for (int64_t dst_off = 0; dst_off < 16; dst_off += static_cast<int64_t>(es)) {
+      for (int64_t src_elem : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+        for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{31}, n - src_elem}) {
+          const size_t bytes = static_cast<size_t>(len) * es;
+          std::vector<uint8_t> buf(bytes + 64, 0xc3);  // 16 guard + data + guard
+          uint8_t* base = buf.data() + ((16 - (reinterpret_cast<uintptr_t>(buf.data()) & 15u)) & 15u);
+          uint8_t* dst = base + 16 + dst_off;
+          recode_row_same_dtype_stream(t, src.data() + src_elem * static_cast<int64_t>(es), dst, len);
+          stream_store_fence();
+          ++runs;
+          bad += std::memcmp(dst, want.data() + src_elem * static_cast<int64_t>(es), bytes) != 0;
+          for (uint8_t* g = buf.data(); g < dst; ++g) guard_bad += *g != 0xc3;
+          for (uint8_t* g = dst + bytes; g < buf.data() + buf.size(); ++g) guard_bad += *g != 0xc3;
+        }
+      }
+    }
+    CHECK(runs > 0);
+    CHECK(bad == 0);
+    CHECK(guard_bad == 0);
+  }
+  // The NaN rule itself, not only agreement: bf16 and f16 NaN codes of both signs become the
+  // canonical quiet NaN of their sign; inf and max stay (lanes of one 16-byte store and the tail).
+  alignas(16) uint16_t out[10] = {};
+  const uint16_t bf16_in[10] = {0x7f81, 0xffff, 0x7f80, 0xff80, 0x7f7f, 0x0001, 0x7fc1, 0x8000, 0xffc0, 0x7fa0};
+  recode_row_same_dtype_stream(dtype::bf16, bf16_in, out, 10);
+  stream_store_fence();
+  const uint16_t bf16_want[10] = {0x7fc0, 0xffc0, 0x7f80, 0xff80, 0x7f7f, 0x0001, 0x7fc0, 0x8000, 0xffc0, 0x7fc0};
+  for (int i = 0; i < 10; ++i) CHECK(out[i] == bf16_want[i]);
+  const uint16_t f16_in[10] = {0x7c01, 0xfdff, 0x7c00, 0xfc00, 0x7bff, 0x0001, 0x7e00, 0x8000, 0xffff, 0x7d00};
+  recode_row_same_dtype_stream(dtype::f16, f16_in, out, 10);
+  stream_store_fence();
+  const uint16_t f16_want[10] = {0x7e00, 0xfe00, 0x7c00, 0xfc00, 0x7bff, 0x0001, 0x7e00, 0x8000, 0xfe00, 0x7e00};
+  for (int i = 0; i < 10; ++i) CHECK(out[i] == f16_want[i]);
+  CHECK_THROWS_AS(recode_row_same_dtype_stream(dtype::u8, bf16_in, out, 1), arg_error);
+}
+
+TEST_CASE("conv rows: copy_bytes_stream equals memcpy at every alignment and length") {
+  std::vector<uint8_t> src(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(rng_u64(21, 0, i));
+  int64_t bad = 0, guard_bad = 0, runs = 0;
+  for (int64_t src_off = 0; src_off < 16; ++src_off) {
+    for (int64_t dst_off = 0; dst_off < 16; ++dst_off) {
+      for (int64_t len : {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 127, 128, 1024, 1151, 4096}) {
+        std::vector<uint8_t> buf(static_cast<size_t>(len) + 64, 0x3c);
+        uint8_t* base = buf.data() + ((16 - (reinterpret_cast<uintptr_t>(buf.data()) & 15u)) & 15u);
+        uint8_t* dst = base + 16 + dst_off;
+        copy_bytes_stream(src.data() + src_off, dst, len);
+        stream_store_fence();
+        ++runs;
+        bad += std::memcmp(dst, src.data() + src_off, static_cast<size_t>(len)) != 0;
+        for (uint8_t* g = buf.data(); g < dst; ++g) guard_bad += *g != 0x3c;
+        for (uint8_t* g = dst + len; g < buf.data() + buf.size(); ++g) guard_bad += *g != 0x3c;
+      }
+    }
+  }
+  CHECK(runs == 16 * 16 * 16);
+  CHECK(bad == 0);
+  CHECK(guard_bad == 0);
+}
