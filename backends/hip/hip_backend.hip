@@ -25,6 +25,12 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
   rk_fast3_body<S>(p);
 }
 
+// One kernel per fast_v4 instantiation (the same rk_v3_spec set as fast_v3).
+template <class S>
+__global__ void __launch_bounds__(rk_max_block_threads) rk_fast4_kernel(rk_params p) {
+  rk_fast4_body<S>(p);
+}
+
 }  // namespace ropekv_gpu
 
 namespace ropekv {
@@ -151,13 +157,17 @@ void hip_launch(const op_args& device_args, void* stream) {
   if (l.empty) return;
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
-  if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
-    const hipStream_t s = static_cast<hipStream_t>(stream);
+  const hipStream_t s = static_cast<hipStream_t>(stream);
+  if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
+    ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
+      ropekv_gpu::rk_fast4_kernel<decltype(spec)><<<grid, block, 0, s>>>(l.params);
+    });
+  } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
       ropekv_gpu::rk_fast3_kernel<decltype(spec)><<<grid, block, 0, s>>>(l.params);
     });
   } else {
-    ropekv_gpu::rk_fused_kernel<<<grid, block, 0, static_cast<hipStream_t>(stream)>>>(l.params);
+    ropekv_gpu::rk_fused_kernel<<<grid, block, 0, s>>>(l.params);
   }
   check(hipGetLastError(), "kernel launch");
 }

@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backends/hip/fp8_encode.h"
 #include "backends/hip/gpu_compat.h"
 
 #ifndef ROPEKV_MUTATION
@@ -36,7 +37,7 @@
 namespace ropekv_gpu {
 
 // Float formats the kernel reads or writes. Its own numbering: not core's dtype.
-enum rk_dtype : int32_t {
+enum rk_dtype : int32_t {  // fp8 codes equal fp8_encode.h's rk_fp8_* (static_assert below)
   rk_f32 = 0,
   rk_f16 = 1,
   rk_bf16 = 2,
@@ -45,6 +46,10 @@ enum rk_dtype : int32_t {
   rk_e5m2 = 5,
   rk_e5m2fnuz = 6,
 };
+
+static_assert(rk_e4m3fn == rk_fp8_e4m3fn && rk_e4m3fnuz == rk_fp8_e4m3fnuz && rk_e5m2 == rk_fp8_e5m2 &&
+                  rk_e5m2fnuz == rk_fp8_e5m2fnuz,
+              "kernel.h and fp8_encode.h number the fp8 formats alike");
 
 ROPEKV_HOST_DEVICE int rk_size_bytes(int32_t t) {
   return t == rk_f32 ? 4 : (t == rk_f16 || t == rk_bf16) ? 2 : 1;
@@ -149,15 +154,18 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_bf16(float v) {
 }
 
 // Encodes fp32 into format t (RNE). fp8 saturates; f16/bf16 overflow to inf (core/SPEC.md).
+// f16 and fp8 go through fp8_encode.h's branch-free encoders (issue #6: ~13-16 instructions
+// instead of ~60): bit-exact to rk_encode_narrow above, which stays as their readable definition
+// (tests/cpp/test_fp8_encode.cpp checks one against the other; all 2^32 inputs were checked once).
 ROPEKV_HOST_DEVICE uint32_t rk_encode(int32_t t, float v) {
   switch (t) {
     case rk_f32: return rk_f32_bits(v);
     case rk_bf16: return rk_encode_bf16(v);
-    case rk_f16: return rk_encode_narrow(v, rk_format_of(t), false);
-    case rk_e4m3fn:
-    case rk_e4m3fnuz:
-    case rk_e5m2:
-    case rk_e5m2fnuz: return rk_encode_narrow(v, rk_format_of(t), true);
+    case rk_f16: return rk_encode_f16_fast(v);
+    case rk_e4m3fn: return rk_encode_fp8_sat<rk_e4m3fn>(v);
+    case rk_e4m3fnuz: return rk_encode_fp8_sat<rk_e4m3fnuz>(v);
+    case rk_e5m2: return rk_encode_fp8_sat<rk_e5m2>(v);
+    case rk_e5m2fnuz: return rk_encode_fp8_sat<rk_e5m2fnuz>(v);
     default: return 0xffffffffu;  // unreachable: the host plan rejects unknown formats
   }
 }
@@ -295,7 +303,24 @@ struct rk_params {
   // units: Dr/8 gptj, Dr/16 neox), per cache row, H * q_cpr, and all of one token.
   int32_t v3_q_cpr, v3_q_nope_cpr, v3_cache_nope_cpr, v3_q_chunks, v3_token_chunks;
   int32_t v3_q_nope_chunks;  // H * v3_q_nope_cpr: the q nope chunks come first (warp-uniform)
+  // fast_v4 (rk_fast4_body), same preconditions as fast_v3 (launch_plan.h): rows of 32-thread
+  // groups. v4_kv_groups = Ts << v4_kv_split_log2 groups write cache entries (each entry split
+  // over 2^v4_kv_split_log2 groups), then the q rows, 2^(5 - v4_q_lanes_log2) per group.
+  int64_t v4_kv_groups;
+  int32_t v4_kv_split_log2, v4_q_lanes_log2;
+  int32_t v4_nope_chunks;     // Dn / 8
+  int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
+  uint32_t v4_q_rows;         // Tq * H (< 2^31)
+  uint32_t v4_heads_magic, v4_heads_shift;  // q row / H by multiply-high (rk_div_u32)
 };
+
+// n / d for 32-bit n by a host-computed multiplier (Granlund-Montgomery, round-up variant):
+// shift = ceil(log2 d), magic = floor(2^32 (2^shift - d) / d) + 1; n / d = (mulhi(n, magic) + n)
+// >> shift, the sum taken in 64 bits. d = 1: magic 0, shift 0. Exact for every n < 2^32.
+ROPEKV_HOST_DEVICE uint32_t rk_div_u32(uint32_t n, uint32_t magic, uint32_t shift) {
+  const uint64_t hi = (static_cast<uint64_t>(n) * magic) >> 32;
+  return static_cast<uint32_t>((hi + n) >> shift);
+}
 
 // Elements per nope chunk: one 16-byte access on the wider of input and output.
 ROPEKV_HOST_DEVICE int rk_vec_elems(int32_t in_t, int32_t out_t) {
@@ -460,13 +485,26 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
 //
 // Same-dtype 2-byte copy: round(fp32(x)) is x itself except for NaN, which becomes the format's
 // canonical NaN with its sign (what rk_encode does), so the nope copy is bit operations only.
-ROPEKV_DEVICE uint32_t rk_canon_nan16(uint32_t x, int32_t t) {
-  const uint32_t inf = t == rk_bf16 ? 0x7f80u : 0x7c00u;
-  const uint32_t qnan = t == rk_bf16 ? 0x7fc0u : 0x7e00u;
-  return (x & 0x7fffu) > inf ? ((x & 0x8000u) | qnan) : x;
+// Packed, two 16-bit lanes per word: a lane is NaN when its magnitude exceeds inf's; adding
+// (0x7fff - inf) to the magnitude carries into the lane's bit 15 exactly then (no carry leaves
+// the lane: 0x7fff + 0x3ff < 2^16). Returns 0x8000 in each NaN lane, 0 elsewhere.
+ROPEKV_DEVICE uint32_t rk_nan16x2_sum(uint32_t w, int32_t t) {
+  return (w & 0x7fff7fffu) + (t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu);
 }
 ROPEKV_DEVICE uint32_t rk_canon_nan16x2(uint32_t w, int32_t t) {
-  return rk_canon_nan16(w & 0xffffu, t) | (rk_canon_nan16(w >> 16, t) << 16);
+  const uint32_t m = rk_nan16x2_sum(w, t) & 0x80008000u;
+  if (m == 0u) return w;
+  const uint32_t qnan = t == rk_bf16 ? 0x7fc07fc0u : 0x7e007e00u;
+  const uint32_t lanes = (m >> 15) * 0x7fffu;  // 0x7fff in each NaN lane: all but its sign
+  return (w & ~lanes) | (qnan & lanes);
+}
+// A 16-byte chunk (8 lanes): one test for the whole chunk on the common no-NaN path.
+ROPEKV_DEVICE void rk_canon_nan16x8(uint32_t* w, int32_t t) {
+  const uint32_t any = (rk_nan16x2_sum(w[0], t) | rk_nan16x2_sum(w[1], t) | rk_nan16x2_sum(w[2], t) |
+                        rk_nan16x2_sum(w[3], t)) & 0x80008000u;
+  if (any == 0u) return;
+  ROPEKV_UNROLL
+  for (int i = 0; i < 4; ++i) w[i] = rk_canon_nan16x2(w[i], t);
 }
 // Four table values from `p` (aligned to 4 values): one 8-byte (f16/bf16) or 16-byte (f32) load.
 ROPEKV_DEVICE void rk_load_table4(int32_t t, const char* p, float* v) {
@@ -840,6 +878,204 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
   const int32_t c = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= p.v3_token_chunks) return;
   for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk<S>(p, t, c);
+}
+
+// ------------------------------------------------------------------ fast_v4 (issue #6)
+// One group of 32 consecutive threads per row (no warp intrinsics: on a 64-wide AMD wavefront a
+// wave holds two groups). A row is a q_out row (token t, head h) or a cache entry (token t),
+// each [Dn nope | Dr rope]. Lane l of the group copies nope chunks l, l + 32, ... (8 elements,
+// 16 bytes; Dn = 512: two per lane, both loaded before the first store) and, for l < units,
+// rotates rope unit l (the fast_v3 unit: gptj 4 pairs of one 16-byte load, neox 8 pairs from
+// a 16-byte load in each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
+// first nope batch) is issued before the first wait; the cos/sin loads wait for the position
+// only. Groups: first the cache entries (Ts << kv_split_log2 groups: an fp8 entry may be split
+// over 2 or 4 groups, slice s taking chunks s*32 + l, (s + split)*32 + l, ...; slice 0 does the
+// rope units), then the q rows: 32 lanes per row, or with zero-copy concat (no nope chunks)
+// 2^q_lanes_log2 >= units lanes per row, several rows per group. The q row index is split into
+// (t, h) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
+// conversions and rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
+// path; same behaviour for unchecked device values (an out-of-range position skips the rope
+// units, an out-of-range slot the cache entry).
+constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
+
+template <class S>
+ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
+  const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  const char* nope_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2;  // [Dn] 16-bit
+  const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;          // [Dr]
+  char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;            // [Dn + Dr]
+  const int32_t nc = p.skip_q_nope ? 0 : p.v4_nope_chunks;
+  const bool rope_lane = lane < p.v4_units;
+  // every independent load first
+  const int64_t slot = p.pad_q_computed ? 0 : rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = 0;
+  bool pos_ok = false;
+  uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
+  if (rope_lane) {
+    pos_ok = rk_v3_position(p, t, &pos);
+    rk_load_words(pe_row + lane * 16, 16, wa);
+    if (neox) rk_load_words(pe_row + p.dr + lane * 16, 16, wb);  // the second half: Dr/2 x 2 bytes
+  }
+  uint32_t w[rk_v4_batch][4];
+  ROPEKV_UNROLL
+  for (int k = 0; k < rk_v4_batch; ++k) {
+    const int32_t j = lane + k * lanes;
+    if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+  }
+  if (slot < 0) return;  // padding token, pad_q = skipped: q_out row left as it was
+  float cs[8], sn[8];
+  if (rope_lane && pos_ok) {
+    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
+    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
+    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
+  }
+  ROPEKV_UNROLL
+  for (int k = 0; k < rk_v4_batch; ++k) {
+    const int32_t j = lane + k * lanes;
+    if (j < nc && rk_v3_nope_written(j, nc)) {
+      rk_canon_nan16x8(w[k], qt);
+      rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+    }
+  }
+  for (int32_t first = lane + rk_v4_batch * lanes; first < nc; first += rk_v4_batch * lanes) {
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = first + k * lanes;
+      if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+    }
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = first + k * lanes;
+      if (j < nc && rk_v3_nope_written(j, nc)) {
+        rk_canon_nan16x8(w[k], qt);
+        rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+      }
+    }
+  }
+  if (!(rope_lane && pos_ok)) return;
+  float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  char* out_pe = out_row + p.dn * 2;
+  uint32_t o[4] = {0u, 0u, 0u, 0u};
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
+  rk_store_words(out_pe + lane * 16, 16, o);
+  if (neox) {
+    uint32_t ob[4] = {0u, 0u, 0u, 0u};
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
+    rk_store_words(out_pe + p.dr + lane * 16, 16, ob);
+  }
+}
+
+// 8 kv nope elements (one 16-byte chunk) into the cache dtype: 16 bytes (same 16-bit dtype,
+// NaN canonicalised) or 8 bytes (fp8, scaled); returns the bytes to store from w.
+ROPEKV_DEVICE int rk_v4_cache_chunk(const rk_params& p, int32_t kt, int32_t ct, uint32_t* w) {
+  if (!rk_is_fp8(ct)) {
+    rk_canon_nan16x8(w, ct);
+    return 16;
+  }
+  uint32_t o[2] = {0u, 0u};
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) {
+    const float v = rk_decode(kt, rk_lane16(w, m));
+    o[m >> 2] |= (rk_to_output(v, ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+  }
+  w[0] = o[0];
+  w[1] = o[1];
+  return 8;
+}
+
+template <class S>
+ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
+  const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
+  const int32_t ct = S::cache >= 0 ? S::cache : p.cache.dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  const int32_t split = 1 << p.v4_kv_split_log2;
+  const int32_t nc = p.v4_nope_chunks;
+  const bool rope_lane = part == 0 && lane < p.v4_units;
+  const char* kv_row = p.kv_c + t * p.kv_c_s0 * 2;   // [Dn] 16-bit
+  const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr]
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = 0;
+  bool pos_ok = false;
+  uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
+  if (rope_lane) {
+    pos_ok = rk_v3_position(p, t, &pos);
+    rk_load_words(kpe_row + lane * 16, 16, wa);
+    if (neox) rk_load_words(kpe_row + p.dr + lane * 16, 16, wb);
+  }
+  uint32_t w[rk_v4_batch][4];
+  ROPEKV_UNROLL
+  for (int k = 0; k < rk_v4_batch; ++k) {
+    const int32_t j = (k * split + part) * 32 + lane;
+    if (j < nc) rk_load_words(kv_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+  }
+  if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
+  float cs[8], sn[8];
+  if (rope_lane && pos_ok) {
+    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
+    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
+    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
+  }
+  char* nope_dst = p.cache.entry(p.cache.nope, slot);
+  const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
+  ROPEKV_UNROLL
+  for (int k = 0; k < rk_v4_batch; ++k) {
+    const int32_t j = (k * split + part) * 32 + lane;
+    if (j < nc && rk_v3_nope_written(j, nc)) {
+      const int bytes = rk_v4_cache_chunk(p, kt, ct, w[k]);
+      rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
+    }
+  }
+  for (int32_t first = (rk_v4_batch * split + part) * 32 + lane; first < nc; first += rk_v4_batch * split * 32) {
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = first + k * split * 32;
+      if (j < nc) rk_load_words(kv_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+    }
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = first + k * split * 32;
+      if (j < nc && rk_v3_nope_written(j, nc)) {
+        const int bytes = rk_v4_cache_chunk(p, kt, ct, w[k]);
+        rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
+      }
+    }
+  }
+  if (!(rope_lane && pos_ok)) return;
+  float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+  char* rope_dst = p.cache.entry(p.cache.rope, slot);
+  uint32_t o[4];
+  rk_pack8(ra, p, ct, o);
+  rk_store_words(rope_dst + static_cast<int64_t>(lane) * c_bytes8, c_bytes8, o);
+  if (neox) {
+    rk_pack8(rb, p, ct, o);
+    rk_store_words(rope_dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(lane) * c_bytes8, c_bytes8, o);
+  }
+}
+
+// The fast_v4 kernel body: a 1-D grid of 32-thread groups (cache entries first, then q rows).
+template <class S>
+ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t group = g >> 5;
+  const int32_t l32 = static_cast<int32_t>(g & 31);
+  if (group < p.v4_kv_groups) {
+    rk_v4_kv_row<S>(p, group >> p.v4_kv_split_log2,
+                    static_cast<int32_t>(group & ((int64_t{1} << p.v4_kv_split_log2) - 1)), l32);
+    return;
+  }
+  const int32_t ql = p.v4_q_lanes_log2;
+  const int64_t row = ((group - p.v4_kv_groups) << (5 - ql)) + (l32 >> ql);
+  if (row >= static_cast<int64_t>(p.v4_q_rows)) return;
+  const uint32_t t = rk_div_u32(static_cast<uint32_t>(row), p.v4_heads_magic, p.v4_heads_shift);
+  const uint32_t h = static_cast<uint32_t>(row) - t * static_cast<uint32_t>(p.heads);
+  rk_v4_q_row<S>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

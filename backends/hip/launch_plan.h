@@ -13,7 +13,7 @@
 
 namespace ropekv_gpu {
 
-enum class rk_kernel { fused, fast3 };  // rk_fused_body (general, fast_v2) or rk_fast3_body
+enum class rk_kernel { fused, fast3, fast4 };  // rk_fused_body (general, fast_v2), rk_fast3_body, rk_fast4_body
 
 struct rk_launch {
   rk_params params{};
@@ -133,6 +133,27 @@ inline std::string rk_v3_refusal(const rk_params& p) {
   const int64_t token_chunks = p.heads * ((p.skip_q_nope ? 0 : p.dn / 8) + units) + p.dn / 8 + units;
   if (token_chunks > (int64_t{1} << 30)) return "chunks per token beyond 2^30";
   return {};
+}
+
+// "" when fast_v4 (kernel.h rk_fast4_body) may run on these params, else why not: fast_v3's
+// preconditions, at most 32 rope units per row (one lane each) and 32-bit row indices.
+inline std::string rk_v4_refusal(const rk_params& p) {
+  if (rk_variant_overrides().no_v4) return "v4 disabled";
+  std::string why = rk_v3_refusal(p);
+  if (!why.empty()) return why;
+  if (p.dr / (p.neox ? 16 : 8) > 32) return "more than 32 rope units per row";
+  if (p.tq * p.heads >= (int64_t{1} << 31)) return "Tq x H beyond 2^31";
+  if (p.ts >= (int64_t{1} << 28)) return "Ts beyond 2^28";
+  return {};
+}
+
+// Host half of rk_div_u32: the multiplier and shift for a divisor d >= 1.
+inline void rk_div_magic(uint32_t d, uint32_t* magic, uint32_t* shift) {
+  if (d == 0) throw ropekv::error("rk_div_magic: divisor 0");
+  uint32_t s = 0;
+  while ((uint64_t{1} << s) < d) ++s;
+  *shift = s;
+  *magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1);
 }
 
 // "" when the kernel covers these (already validated) args, else "not supported: <why>".
@@ -285,6 +306,46 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
                   a.q_nope.strides_elems[0] == a.q_out.strides_elems[0] &&
                   a.q_nope.strides_elems[1] == a.q_out.strides_elems[1];
   l.empty = s.ts == 0;
+  if (rk_v4_refusal(p).empty()) {
+    // fast_v4: one 32-thread group per row (kernel.h rk_fast4_body).
+    const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));
+    p.v4_nope_chunks = static_cast<int32_t>(s.dn / 8);
+    p.v4_units = units;
+    // An fp8 entry: two groups (one nope chunk and 8 conversions per lane), so the conversion
+    // chain of the last entry is short; a 16-bit entry is a copy: one group.
+    int32_t kvs = rk_is_fp8(p.cache.dtype) ? 1 : 0;
+    if (ov.v4_kv_split > 0) {
+      kvs = 0;
+      while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
+    }
+    p.v4_kv_split_log2 = kvs;
+    int32_t ql = 5;  // lanes per q row: 32, or with zero-copy the smallest power of two >= units
+    if (p.skip_q_nope) {
+      ql = 0;
+      while ((1 << ql) < units) ++ql;
+    }
+    p.v4_q_lanes_log2 = ql;
+    p.v4_q_rows = static_cast<uint32_t>(s.tq * s.heads);
+    rk_div_magic(static_cast<uint32_t>(std::max<int64_t>(s.heads, 1)), &p.v4_heads_magic, &p.v4_heads_shift);
+    p.v4_kv_groups = s.ts << kvs;
+    const int64_t rows_per_group = int64_t{1} << (5 - ql);
+    const int64_t groups = p.v4_kv_groups + (static_cast<int64_t>(p.v4_q_rows) + rows_per_group - 1) / rows_per_group;
+    // Groups per block: 8 (256 threads) when there are enough groups for 132 SMs, fewer for
+    // small problems so that they spread over more SMs (1 x 128: 129 groups, 1 per block).
+    int64_t wpb = 8;
+    while (wpb > 1 && groups / wpb < 132) wpb /= 2;
+    if (ov.v4_groups_per_block > 0) wpb = std::min<int64_t>(ov.v4_groups_per_block, rk_max_block_threads / 32);
+    while (wpb < 8 && (groups + wpb - 1) / wpb > rk_max_grid_x) wpb *= 2;
+    p.heads_per_block = s.heads;
+    l.kernel = rk_kernel::fast4;
+    l.block_threads = static_cast<uint32_t>(32 * wpb);
+    l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
+    l.grid_y = 1;
+    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) + "," +
+                rk_v3_spec_name(p) + ")";
+    if (p.skip_q_nope) l.variant += "+zero_copy";
+    return l;
+  }
   if (rk_v3_refusal(p).empty()) {
     // fast_v3: one thread per 8-element chunk; grid.x covers one token's chunks, grid.y tokens.
     const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));

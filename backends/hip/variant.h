@@ -15,6 +15,9 @@ struct rk_variant_override {
   int32_t no_v3 = 0;             // 1: never take fast_v3 (fast_v2 or general, as before)
   int64_t v3_block_threads = 0;  // > 0: fast_v3 block size (multiple of 32, <= 256)
   int32_t v3_generic = 0;        // 1: fast_v3 runs its generic instantiation (no dtype templates)
+  int32_t no_v4 = 0;             // 1: never take fast_v4 (fast_v3 where eligible, as before)
+  int64_t v4_groups_per_block = 0;  // > 0: fast_v4 32-thread groups per block (<= 8)
+  int64_t v4_kv_split = 0;       // > 0: fast_v4 groups per cache entry (1, 2 or 4)
 };
 
 // The process-wide override (not thread-safe to change while launches are being planned).

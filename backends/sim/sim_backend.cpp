@@ -31,7 +31,9 @@ void sim_launch(const ropekv_gpu::rk_launch& l) {
     blockIdx = {static_cast<uint32_t>(b % l.grid_x), static_cast<uint32_t>(b / l.grid_x), 0};
     for (uint32_t th = 0; th < l.block_threads; ++th) {
       threadIdx = {th, 0, 0};
-      if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
+      if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
+        ropekv_gpu::rk_fast4_body<S>(params);
+      } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
         ropekv_gpu::rk_fast3_body<S>(params);
       } else {
         ropekv_gpu::rk_fused_body(params);
@@ -55,7 +57,7 @@ class sim_backend final : public backend {
 #if ROPEKV_MUTATION != 0
     variant_ += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
-    if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
+    if (l.kernel == ropekv_gpu::rk_kernel::fast3 || l.kernel == ropekv_gpu::rk_kernel::fast4) {
       // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit)
       ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) { sim_launch<decltype(spec)>(l); });
     } else {

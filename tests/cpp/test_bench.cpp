@@ -83,6 +83,15 @@ ropekv_gpu::rk_variant_override v2_only() {
   return ov;
 }
 
+// The override that makes the plan pick `kernel` where eligible: fast_v4 (the default),
+// fast_v3 (v4 off) or fast_v2 (v3 and v4 off).
+ropekv_gpu::rk_variant_override kernel_only(const std::string& kernel) {
+  ropekv_gpu::rk_variant_override ov;
+  if (kernel == "fast_v3") ov.no_v4 = 1;
+  if (kernel == "fast_v2") ov = v2_only();
+  return ov;
+}
+
 TEST_CASE("fast q path: sim passes against the reference and selects fast_v2") {
   override_guard g(v2_only());
   for (const char* r : fast_cases) {
@@ -150,8 +159,8 @@ TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the
     q[9] = 0xffd3;  // negative NaN with payload
     q[17] = 0x7f80; // +inf stays
   };
-  for (const char* want_variant : {"fast_v3", "fast_v2"}) {
-    override_guard g(std::string(want_variant) == "fast_v2" ? v2_only() : ropekv_gpu::rk_variant_override{});
+  for (const char* want_variant : {"fast_v4", "fast_v3", "fast_v2"}) {
+    override_guard g(kernel_only(want_variant));
     const run_out o = ref_vs_sim(p, false, plant);
     INFO(want_variant, " ", format_case_report(o.report, true));
     CHECK(o.report.outcome == case_outcome::passed);
@@ -178,38 +187,82 @@ const char* v3_cases[] = {
     "tq=2 ts=2 tk=2 h=200 dn=8 dr=32 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
 };
 
-TEST_CASE("fast_v3: sim passes against the reference; bytes identical to the general path") {
-  for (const char* r : v3_cases) {
+TEST_CASE("fast_v4 and fast_v3: sim passes against the reference; bytes identical to the general path") {
+  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
+    for (const char* r : v3_cases) {
+      const problem p = parse_problem(r);
+      for (bool zc : {false, true}) {
+        override_guard g(kernel_only(kernel));
+        const run_out o = ref_vs_sim(p, zc);
+        INFO(kernel, " ", r, " zero_copy=", zc);
+        INFO(format_case_report(o.report, true));
+        CHECK(o.report.outcome == case_outcome::passed);
+        CHECK(o.variant.rfind(kernel, 0) == 0);
+        CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+      }
+      case_data initial = make_case(p);
+      case_data fast = initial.clone();
+      case_data general = initial.clone();
+      auto sim = make_sim_backend();
+      {
+        override_guard g(kernel_only(kernel));
+        sim->run_host(fast.args, fast.regions());
+        CHECK(sim->last_variant().rfind(kernel, 0) == 0);
+      }
+      {
+        ropekv_gpu::rk_variant_override ov;
+        ov.force_general = 1;
+        override_guard g(ov);
+        sim->run_host(general.args, general.regions());
+        CHECK(sim->last_variant().rfind("fused_v1", 0) == 0);
+      }
+      INFO(kernel, " ", r);
+      CHECK(same_bytes(fast, general));
+    }
+  }
+}
+
+// fast_v4's launch shape knobs (groups per block, groups per cache entry) change no byte, with
+// and without zero-copy (which packs several q rows into one 32-thread group).
+TEST_CASE("fast_v4: groups per block and per cache entry keep the bytes") {
+  for (const char* r : {v3_cases[2], v3_cases[5], v3_cases[9], v3_cases[10],
+                        "tq=3 ts=5 tk=5 h=7 dn=1048 dr=48 in=bf16 qo=bf16 cache=fp8_e4m3fn nb=2 bs=4 pad_slots=1"}) {
     const problem p = parse_problem(r);
     for (bool zc : {false, true}) {
-      const run_out o = ref_vs_sim(p, zc);
-      INFO(r, " zero_copy=", zc);
-      INFO(format_case_report(o.report, true));
-      CHECK(o.report.outcome == case_outcome::passed);
-      CHECK(o.variant.rfind("fast_v3", 0) == 0);
-      CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+      case_data initial = make_case(p);
+      if (zc) {  // the zero-copy form, as ref_vs_sim builds it
+        const run_out o = ref_vs_sim(p, true);
+        CHECK(o.report.outcome == case_outcome::passed);
+      }
+      case_data want = initial.clone();
+      auto sim = make_sim_backend();
+      {
+        ropekv_gpu::rk_variant_override ov;
+        ov.force_general = 1;
+        override_guard g(ov);
+        sim->run_host(want.args, want.regions());
+      }
+      for (int64_t gpb : {1, 3, 8}) {
+        for (int64_t kvs : {1, 2, 4}) {
+          ropekv_gpu::rk_variant_override ov;
+          ov.v4_groups_per_block = gpb;
+          ov.v4_kv_split = kvs;
+          override_guard g(ov);
+          case_data got = initial.clone();
+          sim->run_host(got.args, got.regions());
+          INFO(r, " gpb=", gpb, " kvs=", kvs, " ", sim->last_variant());
+          CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
+          CHECK(same_bytes(want, got));
+        }
+      }
     }
-    case_data initial = make_case(p);
-    case_data v3 = initial.clone();
-    case_data general = initial.clone();
-    auto sim = make_sim_backend();
-    sim->run_host(v3.args, v3.regions());
-    CHECK(sim->last_variant().rfind("fast_v3", 0) == 0);
-    {
-      ropekv_gpu::rk_variant_override ov;
-      ov.force_general = 1;
-      override_guard g(ov);
-      sim->run_host(general.args, general.regions());
-      CHECK(sim->last_variant().rfind("fused_v1", 0) == 0);
-    }
-    INFO(r);
-    CHECK(same_bytes(v3, general));
   }
 }
 
 // Compile-time specialisation (launch_plan.h rk_v3_visit): the instantiation the plan names in
 // the variant, and bytes identical to the generic instantiation (dtypes read at run time).
-TEST_CASE("fast_v3: specialised instantiations name themselves and match the generic one bit for bit") {
+TEST_CASE("fast_v4 and fast_v3: specialised instantiations name themselves and match the generic one bit for bit") {
+  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
   const std::vector<std::pair<const char*, const char*>> want = {
       {v3_cases[0], "bf16/bf16/gptj/bf16"},
       {v3_cases[1], "bf16/bf16/neox/bf16"},
@@ -224,30 +277,47 @@ TEST_CASE("fast_v3: specialised instantiations name themselves and match the gen
     case_data spec = initial.clone();
     case_data generic = initial.clone();
     auto sim = make_sim_backend();
-    sim->run_host(spec.args, spec.regions());
-    INFO(r, " -> ", sim->last_variant());
+    {
+      override_guard g(kernel_only(kernel));
+      sim->run_host(spec.args, spec.regions());
+    }
+    INFO(kernel, " ", r, " -> ", sim->last_variant());
+    CHECK(sim->last_variant().rfind(kernel, 0) == 0);
     CHECK(sim->last_variant().find(std::string(",") + name + ")") != std::string::npos);
     {
-      ropekv_gpu::rk_variant_override ov;
+      ropekv_gpu::rk_variant_override ov = kernel_only(kernel);
       ov.v3_generic = 1;
       override_guard g(ov);
       sim->run_host(generic.args, generic.regions());
+      CHECK(sim->last_variant().rfind(kernel, 0) == 0);
       CHECK(sim->last_variant().find(",generic)") != std::string::npos);
     }
     CHECK(same_bytes(spec, generic));
     CHECK(!same_bytes(spec, initial));  // the op wrote something
   }
+  }
 }
 
 TEST_CASE("fast_v3: more tokens than grid.y (65535) are covered by the token stride") {
   const problem p = parse_problem("tq=65600 ts=65600 tk=65600 h=1 dn=8 dr=8 p=64 in=bf16 qo=bf16 cache=bf16 bs=64 nb=1025");
+  override_guard g(kernel_only("fast_v3"));
   const run_out o = ref_vs_sim(p, false);
   INFO(format_case_report(o.report, true));
   CHECK(o.report.outcome == case_outcome::passed);
   CHECK(o.variant.rfind("fast_v3", 0) == 0);
 }
 
-TEST_CASE("fast_v3 refused (general or v2 instead) for in-place rope, misaligned cache, odd neox Dr") {
+TEST_CASE("fast_v4 refused (fast_v3 instead) for more than 32 rope units per row") {
+  for (const char* r : {"tq=2 ts=2 tk=2 h=3 dn=16 dr=264 in=bf16 qo=bf16 cache=bf16 nb=1",
+                        "tq=2 ts=2 tk=2 h=3 dn=16 dr=528 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox"}) {
+    const run_out o = ref_vs_sim(parse_problem(r), false);
+    INFO(r, " ", o.variant);
+    CHECK(o.report.outcome == case_outcome::passed);
+    CHECK(o.variant.rfind("fast_v3", 0) == 0);
+  }
+}
+
+TEST_CASE("fast_v3 and fast_v4 refused (general or v2 instead) for in-place rope, misaligned cache, odd neox Dr") {
   for (const char* r : {"tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 inplace_k=1",
                         "tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 entry_pad=1",
                         "tq=2 ts=2 tk=2 h=4 dr=8 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
@@ -257,6 +327,7 @@ TEST_CASE("fast_v3 refused (general or v2 instead) for in-place rope, misaligned
     INFO(r, " ", o.variant);
     CHECK(o.report.outcome == case_outcome::passed);
     CHECK(o.variant.rfind("fast_v3", 0) != 0);
+    CHECK(o.variant.rfind("fast_v4", 0) != 0);
   }
 }
 

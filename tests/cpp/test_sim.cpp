@@ -54,9 +54,10 @@ void check_passes(const std::string& repro) {
   INFO(repro);
   INFO(format_case_report(r.report, true));
   CHECK(r.report.outcome == case_outcome::passed);
-  // general path (fused_v1) or a fast path (fast_v2, fast_v3, issue #6), chosen by launch_plan.h
+  // general path (fused_v1) or a fast path (fast_v2, fast_v3, fast_v4, issue #6), chosen by
+  // launch_plan.h
   CHECK((r.variant.rfind("fused_v1", 0) == 0 || r.variant.rfind("fast_v2", 0) == 0 ||
-         r.variant.rfind("fast_v3", 0) == 0));
+         r.variant.rfind("fast_v3", 0) == 0 || r.variant.rfind("fast_v4", 0) == 0));
 }
 
 int32_t kernel_dtype(dtype t) {
@@ -199,39 +200,47 @@ TEST_CASE("sim: validation runs before any write") {
 
 // The fuzz stream (`ropekv fuzz --cases 2000 --max-tokens 64`, seed 1) takes fast_v3 in only a
 // few percent of its cases (in-place rope, f32/fp8 q, odd widths and paddings are frequent), so
-// fast_v3 gets its own random stream: the same problems, coerced into what fast_v3 accepts
+// fast_v3 and fast_v4 get their own random stream: the same problems, coerced into what fast_v3 accepts
 // (16-bit q/kv, q_out = q, cache = kv's dtype or fp8, widths multiples of 8/16, no row/entry
-// padding, no in-place rope), run against the reference. Most must take fast_v3.
-TEST_CASE("fast_v3 random stream: coerced fuzz problems pass against the reference") {
-  int v3 = 0, other = 0;
-  const int n = 300;
-  for (int i = 0; i < n; ++i) {
-    problem p = random_problem(7, static_cast<uint64_t>(i), 24);
-    p.in_dtype = (i & 1) ? dtype::bf16 : dtype::f16;
-    p.q_out_dtype = p.in_dtype;
-    if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
-    p.opt.inplace_q = p.opt.inplace_k = false;
-    p.dn = (p.dn + 7) / 8 * 8;
-    const int64_t dr_mult = p.opt.style == rope_style::neox ? 16 : 8;
-    p.dr = (p.dr + dr_mult - 1) / dr_mult * dr_mult;
-    p.row_pad_elems = p.row_pad_elems / 8 * 8;
-    p.entry_pad_elems = p.entry_pad_elems / 8 * 8;
-    p.block_pad_elems = p.block_pad_elems / 8 * 8;
-    p.table_pad_elems = p.table_pad_elems / 8 * 8;
-    const std::string repro = p.to_repro();
-    problem q;
-    try {
-      q = parse_problem(repro);  // canonical (and validated) form of the coerced problem
-    } catch (const std::exception&) {
-      ++other;
-      continue;
+// padding, no in-place rope), run against the reference, once with fast_v4 (the default) and
+// once with fast_v3 (v4 off). Most must take the kernel under test.
+TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against the reference") {
+  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
+    ropekv_gpu::rk_variant_override ov;
+    ov.no_v4 = kernel == "fast_v3";
+    const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+    ropekv_gpu::rk_variant_overrides() = ov;
+    int taken = 0, other = 0;
+    const int n = 300;
+    for (int i = 0; i < n; ++i) {
+      problem p = random_problem(7, static_cast<uint64_t>(i), 24);
+      p.in_dtype = (i & 1) ? dtype::bf16 : dtype::f16;
+      p.q_out_dtype = p.in_dtype;
+      if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
+      p.opt.inplace_q = p.opt.inplace_k = false;
+      p.dn = (p.dn + 7) / 8 * 8;
+      const int64_t dr_mult = p.opt.style == rope_style::neox ? 16 : 8;
+      p.dr = (p.dr + dr_mult - 1) / dr_mult * dr_mult;
+      p.row_pad_elems = p.row_pad_elems / 8 * 8;
+      p.entry_pad_elems = p.entry_pad_elems / 8 * 8;
+      p.block_pad_elems = p.block_pad_elems / 8 * 8;
+      p.table_pad_elems = p.table_pad_elems / 8 * 8;
+      const std::string repro = p.to_repro();
+      problem q;
+      try {
+        q = parse_problem(repro);  // canonical (and validated) form of the coerced problem
+      } catch (const std::exception&) {
+        ++other;
+        continue;
+      }
+      const sim_result r = run_and_compare(q);
+      INFO(kernel, " ", repro);
+      INFO(format_case_report(r.report, true));
+      CHECK(r.report.outcome == case_outcome::passed);
+      if (r.variant.rfind(kernel, 0) == 0) ++taken; else ++other;
     }
-    const sim_result r = run_and_compare(q);
-    INFO(repro);
-    INFO(format_case_report(r.report, true));
-    CHECK(r.report.outcome == case_outcome::passed);
-    if (r.variant.rfind("fast_v3", 0) == 0) ++v3; else ++other;
+    ropekv_gpu::rk_variant_overrides() = saved;
+    MESSAGE(kernel, " stream: ", taken, " of ", n, " cases took ", kernel);
+    CHECK(taken >= n / 2);
   }
-  MESSAGE("fast_v3 stream: ", v3, " of ", n, " cases took fast_v3");
-  CHECK(v3 >= n / 2);
 }

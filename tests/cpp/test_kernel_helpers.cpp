@@ -1,0 +1,81 @@
+// Unit tests of fast_v4's bit tricks (backends/hip/kernel.h, host-compiled as in the sim):
+// the multiply-high division of a q row index by H, and the packed NaN canonicalisation of the
+// 16-bit copies. Each is checked against the plain operation it replaces.
+#include <doctest/doctest.h>
+#ifndef ROPEKV_SIM
+#define ROPEKV_SIM 1
+#endif
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/hip/kernel.h"
+#include "backends/hip/launch_plan.h"
+#include "core/rng.h"
+
+namespace {
+
+using namespace ropekv_gpu;
+
+// One lane, the definition (core/SPEC.md round(fp32(x)) of a 16-bit x): x, except that a NaN
+// becomes the format's canonical NaN with x's sign.
+uint32_t canon_lane(uint32_t x, int32_t t) {
+  const uint32_t inf = t == rk_bf16 ? 0x7f80u : 0x7c00u;
+  const uint32_t qnan = t == rk_bf16 ? 0x7fc0u : 0x7e00u;
+  return (x & 0x7fffu) > inf ? ((x & 0x8000u) | qnan) : x;
+}
+
+}  // namespace
+
+TEST_CASE("rk_div_u32: multiply-high division equals n / d") {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 1100; ++d) divisors.push_back(d);
+  for (uint32_t d : {4095u, 4096u, 4097u, 65535u, 65536u, 65537u, 1000003u, 0x7fffffffu, 0x80000000u,
+                     0x80000001u, 0xfffffffeu, 0xffffffffu})
+    divisors.push_back(d);
+  ropekv::rng_stream rng{2026, 1};
+  for (uint32_t d : divisors) {
+    uint32_t magic = 0, shift = 0;
+    rk_div_magic(d, &magic, &shift);
+    auto check = [&](uint32_t n) {
+      if (rk_div_u32(n, magic, shift) != n / d) {
+        FAIL_CHECK("d=", d, " n=", n, " got ", rk_div_u32(n, magic, shift), " want ", n / d);
+      }
+    };
+    for (uint32_t n : {0u, 1u, d - 1, d, d + 1, 2 * d - 1, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu})
+      check(n);
+    for (uint32_t k = 1; k < 64; ++k) {  // around multiples of d
+      const uint64_t m = static_cast<uint64_t>(d) * (k * 0x3fffffffull / 63 / d + 1);
+      if (m <= 0xffffffffull) {
+        check(static_cast<uint32_t>(m));
+        check(static_cast<uint32_t>(m - 1));
+      }
+    }
+    for (int i = 0; i < 2000; ++i) check(static_cast<uint32_t>(rng.next_u64()));
+  }
+  CHECK_THROWS(rk_div_magic(0, nullptr, nullptr));
+}
+
+TEST_CASE("rk_canon_nan16x2 / x8: every 16-bit lane value, both lanes, both formats") {
+  for (int32_t t : {rk_bf16, rk_f16}) {
+    int64_t bad = 0;
+    for (uint32_t x = 0; x < 65536; ++x) {
+      for (uint32_t other : {0x0000u, 0x3f80u, 0x7fc1u, 0xfc01u}) {
+        const uint32_t lo = x | (other << 16), hi = other | (x << 16);
+        const uint32_t want_lo = canon_lane(x, t) | (canon_lane(other, t) << 16);
+        const uint32_t want_hi = canon_lane(other, t) | (canon_lane(x, t) << 16);
+        bad += rk_canon_nan16x2(lo, t) != want_lo;
+        bad += rk_canon_nan16x2(hi, t) != want_hi;
+        uint32_t w[4] = {0x3f803f80u, lo, 0x12345678u, hi};
+        rk_canon_nan16x8(w, t);
+        bad += w[0] != 0x3f803f80u || w[1] != want_lo || w[2] != 0x12345678u || w[3] != want_hi;
+      }
+    }
+    INFO("dtype ", t);
+    CHECK(bad == 0);
+  }
+  // spot values: signalling-style and negative payloads, inf untouched
+  CHECK(rk_canon_nan16x2(0xffd37f81u, rk_bf16) == 0xffc07fc0u);
+  CHECK(rk_canon_nan16x2(0x7f80ff80u, rk_bf16) == 0x7f80ff80u);
+  CHECK(rk_canon_nan16x2(0xfc017c00u, rk_f16) == 0xfe007c00u);
+}
