@@ -421,12 +421,12 @@ void copy_bytes_stream(const void* src, void* dst, int64_t bytes) {
   const uint8_t* q = static_cast<const uint8_t*>(src);
   uint8_t* p = static_cast<uint8_t*>(dst);
   const int64_t head = std::min<int64_t>(bytes, static_cast<int64_t>((16u - (reinterpret_cast<uintptr_t>(p) & 15u)) & 15u));
-  std::memcpy(p, q, static_cast<size_t>(head));
+  if (head > 0) std::memcpy(p, q, static_cast<size_t>(head));
   int64_t i = head;
   for (; i + 16 <= bytes; i += 16) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(p + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i)));
   }
-  std::memcpy(p + i, q + i, static_cast<size_t>(bytes - i));
+  if (i < bytes) std::memcpy(p + i, q + i, static_cast<size_t>(bytes - i));
 #else
   std::memcpy(dst, src, static_cast<size_t>(bytes));
 #endif

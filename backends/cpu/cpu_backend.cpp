@@ -208,11 +208,14 @@ void reference_run(const op_args& args) {
   // One work item per (token t, row j): j < H is q head j, j == H is the token's k row. Items
   // are independent (distinct output rows; distinct cache entries since written slots are
   // unique), so threads share them at any Ts; dynamic chunks keep a preempted thread (shared
-  // machine) from holding the others at the final barrier.
+  // machine) from holding the others at the final barrier. Chunks of 256 items (~15 tokens at
+  // 16 heads, ~300 KB of q rows) keep each thread's reads and streaming writes sequential long
+  // enough for the hardware prefetchers: at 4096 x 16 bf16, 2 threads, chunks of 32 took
+  // 7.0 ms and chunks of 256 4.6 ms.
 #pragma omp parallel
   {
     scratch_rows s(sz);
-#pragma omp for schedule(dynamic, 32) collapse(2) nowait
+#pragma omp for schedule(dynamic, 256) collapse(2) nowait
     for (int64_t t = 0; t < ts; ++t) {
       for (int64_t j = 0; j <= sz.heads; ++j) {
         const int64_t slot = load_index(args.slot_mapping, t);
