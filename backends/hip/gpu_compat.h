@@ -55,6 +55,9 @@ inline void rk_store_words(void* p, int bytes, const uint32_t* w) {
   rk_sim_check_align(p, bytes, "store");
   std::memcpy(p, w, static_cast<size_t>(bytes));
 }
+// Streaming (evict-first / non-temporal) 16-byte accesses: a cache hint only, same bytes.
+inline void rk_load16_stream(const void* p, uint32_t* w) { rk_load_words(p, 16, w); }
+inline void rk_store16_stream(void* p, const uint32_t* w) { rk_store_words(p, 16, w); }
 
 #else
 // ---------------------------------------------------------------- real GPU compilers
@@ -135,4 +138,25 @@ __device__ __forceinline__ void rk_store_words(void* p, int bytes, const uint32_
     *reinterpret_cast<uint32_t*>(p) = w[0];
   }
 }
+// Streaming 16-byte accesses (a cache hint only, same bytes): data read or written once.
+// CUDA: ld.global.cs / st.global.cs (evict-first); HIP: clang's non-temporal builtins.
+#if defined(__CUDACC__) && !defined(__HIP__)
+__device__ __forceinline__ void rk_load16_stream(const void* p, uint32_t* w) {
+  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
+__device__ __forceinline__ void rk_store16_stream(void* p, const uint32_t* w) {
+  __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+}
+#else
+typedef unsigned int rk_u32x4 __attribute__((ext_vector_type(4)));
+__device__ __forceinline__ void rk_load16_stream(const void* p, uint32_t* w) {
+  const rk_u32x4 v = __builtin_nontemporal_load(reinterpret_cast<const rk_u32x4*>(p));
+  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
+__device__ __forceinline__ void rk_store16_stream(void* p, const uint32_t* w) {
+  const rk_u32x4 v = {w[0], w[1], w[2], w[3]};
+  __builtin_nontemporal_store(v, reinterpret_cast<rk_u32x4*>(p));
+}
+#endif
 #endif

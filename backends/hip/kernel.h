@@ -233,6 +233,14 @@ ROPEKV_DEVICE void rk_store_elem(int32_t t, void* p, uint32_t bits) {
   }
 }
 
+// n / d for 32-bit n by a host-computed multiplier (Granlund-Montgomery, round-up variant):
+// shift = ceil(log2 d), magic = floor(2^32 (2^shift - d) / d) + 1; n / d = (mulhi(n, magic) + n)
+// >> shift, the sum taken in 64 bits. d = 1: magic 0, shift 0. Exact for every n < 2^32.
+ROPEKV_HOST_DEVICE uint32_t rk_div_u32(uint32_t n, uint32_t magic, uint32_t shift) {
+  const uint64_t hi = (static_cast<uint64_t>(n) * magic) >> 32;
+  return static_cast<uint32_t>((hi + n) >> shift);
+}
+
 // ------------------------------------------------------------------ paged cache addressing
 // FlashInfer paged_kv_t style: a base pointer per part and int64 element strides. The kernel's
 // own struct; core/ and the reference address the cache independently.
@@ -247,9 +255,21 @@ struct rk_paged_cache {
   int64_t block_size;
   int64_t num_slots;           // num_blocks * block_size
   int32_t dtype;
+  // num_slots < 2^32: slot / block_size by multiply-high (rk_div_u32) instead of a 64-bit
+  // division (~70 instructions on a GPU); set by the host (launch_plan.h rk_set_slot_division).
+  int32_t slots_u32;
+  uint32_t bs_magic, bs_shift;
   ROPEKV_HOST_DEVICE char* entry(const rk_paged_part& part, int64_t slot) const {
-    const int64_t block = slot / block_size;
-    const int64_t in_block = slot - block * block_size;
+    int64_t block, in_block;
+    if (slots_u32) {
+      const uint32_t s32 = static_cast<uint32_t>(slot);
+      const uint32_t b32 = rk_div_u32(s32, bs_magic, bs_shift);
+      block = b32;
+      in_block = s32 - b32 * static_cast<uint32_t>(block_size);
+    } else {
+      block = slot / block_size;
+      in_block = slot - block * block_size;
+    }
     int64_t off = block * part.block_stride_elems + in_block * part.entry_stride_elems;
 #if ROPEKV_MUTATION == 1
     off += 1;
@@ -304,23 +324,17 @@ struct rk_params {
   int32_t v3_q_cpr, v3_q_nope_cpr, v3_cache_nope_cpr, v3_q_chunks, v3_token_chunks;
   int32_t v3_q_nope_chunks;  // H * v3_q_nope_cpr: the q nope chunks come first (warp-uniform)
   // fast_v4 (rk_fast4_body), same preconditions as fast_v3 (launch_plan.h): rows of 32-thread
-  // groups. v4_kv_groups = Ts << v4_kv_split_log2 groups write cache entries (each entry split
-  // over 2^v4_kv_split_log2 groups), then the q rows, 2^(5 - v4_q_lanes_log2) per group.
-  int64_t v4_kv_groups;
+  // groups, token-major; a cache entry is split over 2^v4_kv_split_log2 groups, a group holds
+  // 2^(5 - v4_q_lanes_log2) q rows.
+  int64_t v4_q_token_groups;  // Tq * (q groups per token + cache groups per token) (< 2^32)
   int32_t v4_kv_split_log2, v4_q_lanes_log2;
+  int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
-  uint32_t v4_q_rows;         // Tq * H (< 2^31)
-  uint32_t v4_heads_magic, v4_heads_shift;  // q row / H by multiply-high (rk_div_u32)
+  uint32_t v4_gpt_magic, v4_gpt_shift;  // group / groups per token by multiply-high (rk_div_u32)
+  int32_t v4_stream;          // cache hints on the q nope copy: 1 streaming loads, 2 stores, 3 both
 };
 
-// n / d for 32-bit n by a host-computed multiplier (Granlund-Montgomery, round-up variant):
-// shift = ceil(log2 d), magic = floor(2^32 (2^shift - d) / d) + 1; n / d = (mulhi(n, magic) + n)
-// >> shift, the sum taken in 64 bits. d = 1: magic 0, shift 0. Exact for every n < 2^32.
-ROPEKV_HOST_DEVICE uint32_t rk_div_u32(uint32_t n, uint32_t magic, uint32_t shift) {
-  const uint64_t hi = (static_cast<uint64_t>(n) * magic) >> 32;
-  return static_cast<uint32_t>((hi + n) >> shift);
-}
 
 // Elements per nope chunk: one 16-byte access on the wider of input and output.
 ROPEKV_HOST_DEVICE int rk_vec_elems(int32_t in_t, int32_t out_t) {
@@ -888,15 +902,39 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // rotates rope unit l (the fast_v3 unit: gptj 4 pairs of one 16-byte load, neox 8 pairs from
 // a 16-byte load in each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
 // first nope batch) is issued before the first wait; the cos/sin loads wait for the position
-// only. Groups: first the cache entries (Ts << kv_split_log2 groups: an fp8 entry may be split
-// over 2 or 4 groups, slice s taking chunks s*32 + l, (s + split)*32 + l, ...; slice 0 does the
-// rope units), then the q rows: 32 lanes per row, or with zero-copy concat (no nope chunks)
-// 2^q_lanes_log2 >= units lanes per row, several rows per group. The q row index is split into
-// (t, h) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
+// only. Groups, token-major (rk_fast4_body): a token's q rows (32 lanes per row, or with
+// zero-copy concat, no nope chunks, 2^q_lanes_log2 >= units lanes per row and several rows per
+// group), then its cache entry (split over 2^kv_split_log2 groups: slice s takes chunks
+// s*32 + l, (s + split)*32 + l, ...; slice 0 does the rope units). The group index is split
+// into (token, group) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
 // conversions and rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
 // path; same behaviour for unchecked device values (an out-of-range position skips the rope
 // units, an out-of-range slot the cache entry).
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
+
+// The q nope copy's 16-byte accesses, with the cache hints of p.v4_stream (same bytes).
+ROPEKV_DEVICE void rk_v4_load_nope(const rk_params& p, const char* src, uint32_t* w) {
+  if (p.v4_stream & 1) {
+    rk_load16_stream(src, w);
+  } else {
+    rk_load_words(src, 16, w);
+  }
+}
+ROPEKV_DEVICE void rk_v4_store_nope(const rk_params& p, char* dst, const uint32_t* w) {
+  if (p.v4_stream & 2) {
+    rk_store16_stream(dst, w);
+  } else {
+    rk_store_words(dst, 16, w);
+  }
+}
+
+// A loaded position, clamped (pos_oob = clamp) or refused (error mode, unchecked device value).
+ROPEKV_DEVICE bool rk_v4_position_ok(const rk_params& p, int64_t* pos) {
+  if (*pos >= 0 && *pos < p.table_rows) return true;
+  if (!p.pos_clamp) return false;
+  *pos = *pos < 0 ? 0 : p.table_rows - 1;
+  return true;
+}
 
 template <class S>
 ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
@@ -909,12 +947,12 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   const int32_t nc = p.skip_q_nope ? 0 : p.v4_nope_chunks;
   const bool rope_lane = lane < p.v4_units;
   // every independent load first
+  // (the position is checked only after every load is issued: a branch on it here would make
+  // the whole group wait for it before loading the nope chunks)
   const int64_t slot = p.pad_q_computed ? 0 : rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
-  int64_t pos = 0;
-  bool pos_ok = false;
+  int64_t pos = rope_lane ? rk_load_index(p.positions, t, p.positions_s0, p.positions_i64) : 0;
   uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
   if (rope_lane) {
-    pos_ok = rk_v3_position(p, t, &pos);
     rk_load_words(pe_row + lane * 16, 16, wa);
     if (neox) rk_load_words(pe_row + p.dr + lane * 16, 16, wb);  // the second half: Dr/2 x 2 bytes
   }
@@ -922,11 +960,12 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = lane + k * lanes;
-    if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+    if (j < nc) rk_v4_load_nope(p, nope_row + static_cast<int64_t>(j) * 16, w[k]);
   }
   if (slot < 0) return;  // padding token, pad_q = skipped: q_out row left as it was
+  const bool pos_ok = rope_lane && rk_v4_position_ok(p, &pos);
   float cs[8], sn[8];
-  if (rope_lane && pos_ok) {
+  if (pos_ok) {
     const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
     const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
     rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
@@ -936,25 +975,25 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     const int32_t j = lane + k * lanes;
     if (j < nc && rk_v3_nope_written(j, nc)) {
       rk_canon_nan16x8(w[k], qt);
-      rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+      rk_v4_store_nope(p, out_row + static_cast<int64_t>(j) * 16, w[k]);
     }
   }
   for (int32_t first = lane + rk_v4_batch * lanes; first < nc; first += rk_v4_batch * lanes) {
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * lanes;
-      if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+      if (j < nc) rk_v4_load_nope(p, nope_row + static_cast<int64_t>(j) * 16, w[k]);
     }
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * lanes;
       if (j < nc && rk_v3_nope_written(j, nc)) {
         rk_canon_nan16x8(w[k], qt);
-        rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
+        rk_v4_store_nope(p, out_row + static_cast<int64_t>(j) * 16, w[k]);
       }
     }
   }
-  if (!(rope_lane && pos_ok)) return;
+  if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
   char* out_pe = out_row + p.dn * 2;
@@ -1000,11 +1039,9 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   const char* kv_row = p.kv_c + t * p.kv_c_s0 * 2;   // [Dn] 16-bit
   const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr]
   const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
-  int64_t pos = 0;
-  bool pos_ok = false;
+  int64_t pos = rope_lane ? rk_load_index(p.positions, t, p.positions_s0, p.positions_i64) : 0;
   uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
   if (rope_lane) {
-    pos_ok = rk_v3_position(p, t, &pos);
     rk_load_words(kpe_row + lane * 16, 16, wa);
     if (neox) rk_load_words(kpe_row + p.dr + lane * 16, 16, wb);
   }
@@ -1015,8 +1052,9 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     if (j < nc) rk_load_words(kv_row + static_cast<int64_t>(j) * 16, 16, w[k]);
   }
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
+  const bool pos_ok = rope_lane && rk_v4_position_ok(p, &pos);
   float cs[8], sn[8];
-  if (rope_lane && pos_ok) {
+  if (pos_ok) {
     const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
     const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
     rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
@@ -1046,7 +1084,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
       }
     }
   }
-  if (!(rope_lane && pos_ok)) return;
+  if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   char* rope_dst = p.cache.entry(p.cache.rope, slot);
@@ -1059,22 +1097,36 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   }
 }
 
-// The fast_v4 kernel body: a 1-D grid of 32-thread groups (cache entries first, then q rows).
+// The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has
+// v4_q_groups_per_token groups of q rows (32 lanes per row, or 2^q_lanes_log2 with zero-copy)
+// followed by its 2^kv_split_log2 cache-entry groups; tokens [Tq, Ts) have the cache groups only.
+// So the arithmetic of the cache entries (fp8 conversions) is spread over the whole grid,
+// interleaved with the memory-bound q rows, instead of forming one compute-bound phase.
 template <class S>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = g >> 5;
   const int32_t l32 = static_cast<int32_t>(g & 31);
-  if (group < p.v4_kv_groups) {
-    rk_v4_kv_row<S>(p, group >> p.v4_kv_split_log2,
-                    static_cast<int32_t>(group & ((int64_t{1} << p.v4_kv_split_log2) - 1)), l32);
+  const int32_t kv_groups = 1 << p.v4_kv_split_log2;
+  int64_t t, r;  // token, group within the token
+  if (group < p.v4_q_token_groups) {
+    const uint32_t g32 = static_cast<uint32_t>(group);
+    const uint32_t t32 = rk_div_u32(g32, p.v4_gpt_magic, p.v4_gpt_shift);
+    t = t32;
+    r = g32 - t32 * static_cast<uint32_t>(p.v4_q_groups_per_token + kv_groups);
+  } else {
+    const int64_t k = group - p.v4_q_token_groups;  // tokens [Tq, Ts): cache groups only
+    t = p.tq + (k >> p.v4_kv_split_log2);
+    r = p.v4_q_groups_per_token + (k & (kv_groups - 1));
+    if (t >= p.ts) return;
+  }
+  if (r >= p.v4_q_groups_per_token) {
+    rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r - p.v4_q_groups_per_token), l32);
     return;
   }
   const int32_t ql = p.v4_q_lanes_log2;
-  const int64_t row = ((group - p.v4_kv_groups) << (5 - ql)) + (l32 >> ql);
-  if (row >= static_cast<int64_t>(p.v4_q_rows)) return;
-  const uint32_t t = rk_div_u32(static_cast<uint32_t>(row), p.v4_heads_magic, p.v4_heads_shift);
-  const uint32_t h = static_cast<uint32_t>(row) - t * static_cast<uint32_t>(p.heads);
+  const int64_t h = (r << (5 - ql)) + (l32 >> ql);
+  if (h >= p.heads) return;
   rk_v4_q_row<S>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
 }
 

@@ -142,7 +142,7 @@ inline std::string rk_v4_refusal(const rk_params& p) {
   std::string why = rk_v3_refusal(p);
   if (!why.empty()) return why;
   if (p.dr / (p.neox ? 16 : 8) > 32) return "more than 32 rope units per row";
-  if (p.tq * p.heads >= (int64_t{1} << 31)) return "Tq x H beyond 2^31";
+  if (p.tq * (p.heads + 4) >= (int64_t{1} << 31)) return "Tq x (H + 4) beyond 2^31";
   if (p.ts >= (int64_t{1} << 28)) return "Ts beyond 2^28";
   return {};
 }
@@ -306,6 +306,9 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
                   a.q_nope.strides_elems[0] == a.q_out.strides_elems[0] &&
                   a.q_nope.strides_elems[1] == a.q_out.strides_elems[1];
   l.empty = s.ts == 0;
+  // slot -> (block, entry) by multiply-high when every slot fits in 32 bits (kernel.h entry())
+  c.slots_u32 = c.num_slots < (int64_t{1} << 32) && c.block_size >= 1;
+  if (c.slots_u32) rk_div_magic(static_cast<uint32_t>(c.block_size), &c.bs_magic, &c.bs_shift);
   if (rk_v4_refusal(p).empty()) {
     // fast_v4: one 32-thread group per row (kernel.h rk_fast4_body).
     const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));
@@ -319,20 +322,23 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
     }
     p.v4_kv_split_log2 = kvs;
+    p.v4_stream = ov.v4_stream >= 0 ? static_cast<int32_t>(ov.v4_stream & 3) : 0;
     int32_t ql = 5;  // lanes per q row: 32, or with zero-copy the smallest power of two >= units
     if (p.skip_q_nope) {
       ql = 0;
       while ((1 << ql) < units) ++ql;
     }
     p.v4_q_lanes_log2 = ql;
-    p.v4_q_rows = static_cast<uint32_t>(s.tq * s.heads);
-    rk_div_magic(static_cast<uint32_t>(std::max<int64_t>(s.heads, 1)), &p.v4_heads_magic, &p.v4_heads_shift);
-    p.v4_kv_groups = s.ts << kvs;
     const int64_t rows_per_group = int64_t{1} << (5 - ql);
-    const int64_t groups = p.v4_kv_groups + (static_cast<int64_t>(p.v4_q_rows) + rows_per_group - 1) / rows_per_group;
-    // Groups per block: 8 (256 threads) when there are enough groups for 132 SMs, fewer for
-    // small problems so that they spread over more SMs (1 x 128: 129 groups, 1 per block).
-    int64_t wpb = 8;
+    p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
+    const int64_t groups_per_token = p.v4_q_groups_per_token + (int64_t{1} << kvs);
+    p.v4_q_token_groups = s.tq * groups_per_token;
+    rk_div_magic(static_cast<uint32_t>(groups_per_token), &p.v4_gpt_magic, &p.v4_gpt_shift);
+    const int64_t groups = p.v4_q_token_groups + ((s.ts - s.tq) << kvs);
+    // Groups per block: 4 (128 threads; H200 measurements at 0b77660+1: 2-4 beat 8 at the
+    // decode sizes, docs/perf.md) when there are enough groups for 132 SMs, fewer for small
+    // problems so that they spread over more SMs (1 x 128: 129 groups, 1 per block).
+    int64_t wpb = 4;
     while (wpb > 1 && groups / wpb < 132) wpb /= 2;
     if (ov.v4_groups_per_block > 0) wpb = std::min<int64_t>(ov.v4_groups_per_block, rk_max_block_threads / 32);
     while (wpb < 8 && (groups + wpb - 1) / wpb > rk_max_grid_x) wpb *= 2;
@@ -341,7 +347,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.block_threads = static_cast<uint32_t>(32 * wpb);
     l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
     l.grid_y = 1;
-    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) + "," +
+    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
+                (p.v4_stream ? ",cs" + std::to_string(p.v4_stream) : std::string()) + "," +
                 rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     return l;

@@ -79,3 +79,26 @@ TEST_CASE("rk_canon_nan16x2 / x8: every 16-bit lane value, both lanes, both form
   CHECK(rk_canon_nan16x2(0x7f80ff80u, rk_bf16) == 0x7f80ff80u);
   CHECK(rk_canon_nan16x2(0xfc017c00u, rk_f16) == 0xfe007c00u);
 }
+
+TEST_CASE("rk_paged_cache::entry: multiply-high and 64-bit division give the same address") {
+  ropekv::rng_stream rng{77, 2};
+  for (int64_t block_size : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{64}, int64_t{100}, int64_t{4096},
+                             int64_t{65537}}) {
+    rk_paged_cache wide{};
+    wide.nope = {reinterpret_cast<char*>(uintptr_t{1} << 40), block_size * 640 + 64, 640};
+    wide.block_size = block_size;
+    wide.num_slots = (int64_t{1} << 32) - 1;
+    wide.dtype = rk_bf16;
+    rk_paged_cache fast = wide;
+    fast.slots_u32 = 1;
+    rk_div_magic(static_cast<uint32_t>(block_size), &fast.bs_magic, &fast.bs_shift);
+    int64_t bad = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const int64_t slot = i < 64 ? (i < 32 ? i : wide.num_slots - 1 - (i - 32))
+                                  : static_cast<int64_t>(rng.below(static_cast<uint64_t>(wide.num_slots)));
+      bad += fast.entry(fast.nope, slot) != wide.entry(wide.nope, slot);
+    }
+    INFO("block_size ", block_size);
+    CHECK(bad == 0);
+  }
+}
