@@ -581,3 +581,106 @@ TEST_CASE("reference: many tokens, 1 to 3 threads, bf16 -> bf16 and fp8: every e
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("reference: streamed output rows at every alignment (padded q_out and cache rows, zero-copy, table two), f16 and bf16, 1 and 2 threads") {
+  // The reference writes q_out and cache rows with non-temporal stores (core/convert.h
+  // *_stream): an unaligned head and tail per row, 16-byte chunks between. Rows here start at
+  // every 2-byte offset modulo 16 (q_out head stride Dn + Dr + 1, cache entry stride
+  // Dn + Dr + 3, base pointers one element past 64-byte alignment), Dn is odd (a tail in every
+  // row), q_nope and kv_c hold NaN codes of both signs (canonicalised by the streaming loop),
+  // and the padding elements between rows must keep their poison. Also zero-copy (q_nope is
+  // the first Dn columns of q_out: the in-place path) and table two (the prefetch of the next
+  // token's cos and sin rows).
+  const int64_t T = 37, H = 3, Dn = 203, Dr = 6, P = 11, half = Dr / 2;
+  const int64_t q_row = Dn + Dr + 1, entry = Dn + Dr + 3, bs = 8, nb = (T + bs - 1) / bs + 1;
+  uint64_t state = 7;
+  auto next = [&state]() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 17;
+  };
+  for (dtype t16 : {dtype::bf16, dtype::f16}) {
+    for (bool zero_copy : {false, true}) {
+      for (int threads : {1, 2}) {
+        CAPTURE(std::string(dtype_name(t16)));
+        CAPTURE(zero_copy);
+        CAPTURE(threads);
+        const uint16_t nan_a = t16 == dtype::bf16 ? 0x7f81 : 0x7c01, nan_b = t16 == dtype::bf16 ? 0xffff : 0xfdff;
+        auto random_code = [&](bool with_nan) -> uint16_t {
+          const uint64_t r = next();
+          if (with_nan && r % 29 == 0) return (r & 64) ? nan_a : nan_b;
+          return static_cast<uint16_t>(0x3800 + (r >> 8) % 0x0600) ^ ((r & 128) ? 0x8000 : 0);  // normal in both
+        };
+        // q_out (and q_nope when zero-copy) one element past a 64-byte boundary
+        std::vector<uint16_t> q_out_buf(32 + static_cast<size_t>(T * H * q_row), 0xdead);
+        uint16_t* q_out = q_out_buf.data() + ((64 - reinterpret_cast<uintptr_t>(q_out_buf.data()) % 64) % 64) / 2 + 1;
+        std::vector<uint16_t> cache_buf(32 + static_cast<size_t>(nb * bs * entry), 0xbeef);
+        uint16_t* cache = cache_buf.data() + ((64 - reinterpret_cast<uintptr_t>(cache_buf.data()) % 64) % 64) / 2 + 1;
+        std::vector<uint16_t> q_nope_sep(T * H * Dn), q_pe(T * H * Dr), kv_c(T * Dn), k_pe(T * Dr), cos_t(P * half), sin_t(P * half);
+        for (auto& b : q_nope_sep) b = random_code(true);
+        for (auto& b : kv_c) b = random_code(true);
+        for (auto* v : {&q_pe, &k_pe, &cos_t, &sin_t}) for (auto& b : *v) b = random_code(false);
+        if (zero_copy) {
+          for (int64_t r = 0; r < T * H; ++r) std::copy_n(&q_nope_sep[r * Dn], Dn, q_out + r * q_row);
+        }
+        const std::vector<uint16_t> q_out_before = q_out_buf, cache_before = cache_buf;
+        std::vector<int64_t> pos(T), slot(T);
+        for (int64_t t = 0; t < T; ++t) {
+          pos[t] = static_cast<int64_t>(next() % P);
+          slot[t] = (t % 9 == 4) ? -1 : nb * bs - 1 - t;  // unique; a few padding tokens
+        }
+        op_args a;
+        a.q_nope = zero_copy ? make_view(t16, q_out, {T, H, Dn}, {H * q_row, q_row, 1})
+                             : make_view(t16, q_nope_sep.data(), {T, H, Dn});
+        a.q_pe = make_view(t16, q_pe.data(), {T, H, Dr});
+        a.kv_c = make_view(t16, kv_c.data(), {T, Dn});
+        a.k_pe = make_view(t16, k_pe.data(), {T, Dr});
+        a.positions = make_view(dtype::i64, pos.data(), {T});
+        a.slot_mapping = make_view(dtype::i64, slot.data(), {T});
+        a.cos = make_view(t16, cos_t.data(), {P, half});
+        a.sin = make_view(t16, sin_t.data(), {P, half});
+        a.q_out = make_view(t16, q_out, {T, H, Dn + Dr}, {H * q_row, q_row, 1});
+        a.cache = make_view(t16, cache, {nb, bs, Dn + Dr}, {bs * entry, entry, 1});
+        a.options.style = rope_style::gptj;
+        a.options.padding = pad_q::computed;
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        reference_run(a);
+        omp_set_num_threads(saved);
+
+        // SPEC.md one element at a time: nope round(fp32(x)) (NaN -> canonical NaN of its sign),
+        // rope the exact x*C + R(x)*S rounded once (inputs have no NaN: bit-exact).
+        auto x_of = [&](uint16_t b) { return static_cast<double>(decode_to_f32(t16, b)); };
+        auto nope_code = [&](uint16_t b) { return encode_from_f32(t16, decode_to_f32(t16, b), overflow_mode::ieee); };
+        auto rope_code = [&](const uint16_t* row, int64_t p, int64_t j) {
+          const int64_t i = j / 2, partner = j % 2 == 0 ? j + 1 : j - 1;
+          const double rx = j % 2 == 0 ? -x_of(row[partner]) : x_of(row[partner]);
+          return encode_from_f64(t16, x_of(row[j]) * x_of(cos_t[p * half + i]) + rx * x_of(sin_t[p * half + i]), overflow_mode::ieee);
+        };
+        std::vector<uint16_t> want_q = q_out_before, want_cache = cache_before;
+        const ptrdiff_t q0 = q_out - q_out_buf.data(), c0 = cache - cache_buf.data();
+        int64_t nan_inputs = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t h = 0; h < H; ++h) {
+            uint16_t* w = want_q.data() + q0 + (t * H + h) * q_row;
+            for (int64_t d = 0; d < Dn; ++d) {
+              const uint16_t x = q_nope_sep[(t * H + h) * Dn + d];
+              nan_inputs += is_nan_bits(t16, x);
+              w[d] = static_cast<uint16_t>(nope_code(x));
+            }
+            for (int64_t j = 0; j < Dr; ++j) w[Dn + j] = static_cast<uint16_t>(rope_code(&q_pe[(t * H + h) * Dr], pos[t], j));
+          }
+          if (slot[t] < 0) continue;
+          uint16_t* w = want_cache.data() + c0 + slot[t] * entry;  // block stride bs * entry
+          for (int64_t d = 0; d < Dn; ++d) w[d] = static_cast<uint16_t>(nope_code(kv_c[t * Dn + d]));
+          for (int64_t j = 0; j < Dr; ++j) w[Dn + j] = static_cast<uint16_t>(rope_code(&k_pe[t * Dr], pos[t], j));
+        }
+        CHECK(nan_inputs > 50);
+        int64_t bad_q = 0, bad_cache = 0;
+        for (size_t i = 0; i < want_q.size(); ++i) bad_q += q_out_buf[i] != want_q[i];
+        for (size_t i = 0; i < want_cache.size(); ++i) bad_cache += cache_buf[i] != want_cache[i];
+        CHECK(bad_q == 0);
+        CHECK(bad_cache == 0);
+      }
+    }
+  }
+}
