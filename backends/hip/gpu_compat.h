@@ -55,9 +55,9 @@ inline void rk_store_words(void* p, int bytes, const uint32_t* w) {
   rk_sim_check_align(p, bytes, "store");
   std::memcpy(p, w, static_cast<size_t>(bytes));
 }
-// Streaming (evict-first / non-temporal) 16-byte accesses: a cache hint only, same bytes.
-inline void rk_load16_stream(const void* p, uint32_t* w) { rk_load_words(p, 16, w); }
-inline void rk_store16_stream(void* p, const uint32_t* w) { rk_store_words(p, 16, w); }
+// Programmatic dependent launch (see the GPU section): nothing to wait for in the simulation.
+inline void rk_pdl_wait() {}
+inline void rk_pdl_trigger() {}
 
 #else
 // ---------------------------------------------------------------- real GPU compilers
@@ -138,25 +138,53 @@ __device__ __forceinline__ void rk_store_words(void* p, int bytes, const uint32_
     *reinterpret_cast<uint32_t*>(p) = w[0];
   }
 }
-// Streaming 16-byte accesses (a cache hint only, same bytes): data read or written once.
-// CUDA: ld.global.cs / st.global.cs (evict-first); HIP: clang's non-temporal builtins.
-#if defined(__CUDACC__) && !defined(__HIP__)
-__device__ __forceinline__ void rk_load16_stream(const void* p, uint32_t* w) {
-  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-}
-__device__ __forceinline__ void rk_store16_stream(void* p, const uint32_t* w) {
-  __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-}
-#else
-typedef unsigned int rk_u32x4 __attribute__((ext_vector_type(4)));
-__device__ __forceinline__ void rk_load16_stream(const void* p, uint32_t* w) {
-  const rk_u32x4 v = __builtin_nontemporal_load(reinterpret_cast<const rk_u32x4*>(p));
-  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
-}
-__device__ __forceinline__ void rk_store16_stream(void* p, const uint32_t* w) {
-  const rk_u32x4 v = {w[0], w[1], w[2], w[3]};
-  __builtin_nontemporal_store(v, reinterpret_cast<rk_u32x4*>(p));
-}
+
+// Programmatic dependent launch (CUDA, sm_90+): a kernel launched with the programmatic
+// stream serialization attribute may start while the kernel before it in the stream is still
+// running; rk_pdl_wait() (griddepcontrol.wait) blocks until that kernel has completed and its
+// memory is visible, so a kernel that calls it before its first global access is correct after
+// any predecessor. rk_pdl_trigger() lets the next such kernel start early. HIP has no
+// equivalent: both are no-ops there and rk_launch_kernel launches plainly.
+__device__ __forceinline__ void rk_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void rk_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+// Whether the current device takes programmatic dependent launches (CUDA, compute 9.0+).
+inline bool rk_pdl_supported() {
+#if defined(__CUDACC__) && !defined(__HIP__)
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  return major >= 9;
+#else
+  return false;
+#endif
+}
+template <class... Params, class... Args>
+inline hipError_t rk_launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, hipStream_t stream,
+                                   bool pdl, Args... args) {
+#if defined(__CUDACC__) && !defined(__HIP__)
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+#else
+  (void)pdl;
+  kernel<<<grid, block, 0, stream>>>(args...);
+  return hipGetLastError();
+#endif
+}
 #endif

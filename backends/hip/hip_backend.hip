@@ -26,8 +26,12 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 }
 
 // One kernel per fast_v4 instantiation (the same rk_v3_spec set as fast_v3).
+// With programmatic dependent launch (launch_plan.h rk_launch::pdl): let the next kernel start
+// early, and wait for the previous one before touching memory.
 template <class S>
 __global__ void __launch_bounds__(rk_max_block_threads) rk_fast4_kernel(rk_params p) {
+  rk_pdl_trigger();
+  rk_pdl_wait();
   rk_fast4_body<S>(p);
 }
 
@@ -142,7 +146,9 @@ std::unique_ptr<backend> make_hip_backend() {
 }
 
 std::string hip_variant(const op_args& args) {
-  std::string v = ropekv_gpu::rk_make_launch(args).variant;
+  const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(args);
+  std::string v = l.variant;
+  if (l.pdl && ropekv_gpu::rk_pdl_supported()) v += "+pdl";
 #if ROPEKV_MUTATION != 0
   v += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
@@ -153,14 +159,17 @@ void hip_launch(const op_args& device_args, void* stream) {
   validate(device_args, /*check_values=*/false);
   const std::string why = ropekv_gpu::rk_unsupported_reason(device_args);
   if (!why.empty()) throw unsupported_error(why);
-  const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(device_args);
+  ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(device_args);
   if (l.empty) return;
+  l.pdl = l.pdl && ropekv_gpu::rk_pdl_supported();
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      ropekv_gpu::rk_fast4_kernel<decltype(spec)><<<grid, block, 0, s>>>(l.params);
+      check(ropekv_gpu::rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec)>, grid, block, s, l.pdl,
+                                         l.params),
+            "kernel launch");
     });
   } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {

@@ -310,6 +310,10 @@ struct rk_params {
   int32_t neox, reciprocal, pad_q_computed, pos_clamp, inplace_q, inplace_k;
   float k_scale, q_scale;          // divide
   float k_inv_scale, q_inv_scale;  // reciprocal: fp32(1 / scale), computed once on the host
+  // 1: fp8 outputs of this side are v * inv_scale: reciprocal mode, or divide mode with a scale
+  // 2^k, -126 <= k <= 126, where inv_scale = 2^-k is exact and v / 2^k == v * 2^-k for every v
+  // (both are the exact v * 2^-k rounded once). 0: v / scale (an IEEE division). Host-set.
+  int32_t k_mul, q_mul;
   // launch shape
   int64_t heads_per_block;
   // fast path (issue #6), chosen on the host (launch_plan.h) when its preconditions hold:
@@ -332,7 +336,6 @@ struct rk_params {
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
   uint32_t v4_gpt_magic, v4_gpt_shift;  // group / groups per token by multiply-high (rk_div_u32)
-  int32_t v4_stream;          // cache hints on the q nope copy: 1 streaming loads, 2 stores, 3 both
 };
 
 
@@ -348,16 +351,17 @@ ROPEKV_DEVICE int64_t rk_load_index(const char* base, int64_t i, int64_t stride,
 }
 
 // fp32 value -> output bits, with the fp8 scale applied (data movement and rope alike).
-ROPEKV_DEVICE uint32_t rk_to_output(float v, int32_t out_t, int32_t reciprocal, float scale,
+// mul: p.k_mul or p.q_mul (multiply by inv_scale, else divide by scale).
+ROPEKV_DEVICE uint32_t rk_to_output(float v, int32_t out_t, int32_t mul, float scale,
                                     float inv_scale) {
-  if (rk_is_fp8(out_t)) v = reciprocal ? ROPEKV_FMUL_RN(v, inv_scale) : ROPEKV_FDIV_RN(v, scale);
+  if (rk_is_fp8(out_t)) v = mul ? ROPEKV_FMUL_RN(v, inv_scale) : ROPEKV_FDIV_RN(v, scale);
   return rk_encode(out_t, v);
 }
 
 // Copies one chunk [c * vec, min((c + 1) * vec, n)) of a nope row, converting in_t -> out_t.
 ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row, int32_t out_t,
                                  int64_t n, int64_t c, int vec, bool row_vec_ok,
-                                 int32_t reciprocal, float scale, float inv_scale) {
+                                 int32_t mul, float scale, float inv_scale) {
   const int in_sz = rk_size_bytes(in_t), out_sz = rk_size_bytes(out_t);
   const int64_t first = c * vec;
   const int64_t count = (n - first) < vec ? (n - first) : vec;
@@ -368,7 +372,7 @@ ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row
       uint32_t bits;
       if (in_sz == 4) bits = w_in[j];
       else bits = (w_in[j >> 1] >> (16 * (j & 1))) & 0xffffu;
-      const uint32_t o = rk_to_output(rk_decode(in_t, bits), out_t, reciprocal, scale, inv_scale);
+      const uint32_t o = rk_to_output(rk_decode(in_t, bits), out_t, mul, scale, inv_scale);
       if (out_sz == 4) w_out[j] = o;
       else if (out_sz == 2) w_out[j >> 1] |= (o & 0xffffu) << (16 * (j & 1));
       else w_out[j >> 2] |= (o & 0xffu) << (8 * (j & 3));
@@ -377,7 +381,7 @@ ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row
   } else {
     for (int64_t i = first; i < first + count; ++i) {
       const float v = rk_decode(in_t, rk_load_elem(in_t, in_row + i * in_sz));
-      rk_store_elem(out_t, out_row + i * out_sz, rk_to_output(v, out_t, reciprocal, scale, inv_scale));
+      rk_store_elem(out_t, out_row + i * out_sz, rk_to_output(v, out_t, mul, scale, inv_scale));
     }
   }
 }
@@ -392,7 +396,7 @@ ROPEKV_HOST_DEVICE bool rk_aligned(const void* p, int64_t bytes) {
 // dtype, scaled) and, when inplace_row is set, into it (input dtype, unscaled).
 ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t in_t,
                                 char* inplace_row, char* out_row, int32_t out_t, float scale,
-                                float inv_scale, int64_t i, const char* cos_row,
+                                float inv_scale, int32_t mul, int64_t i, const char* cos_row,
                                 const char* sin_row) {
   const int64_t half = p.dr / 2;
   int64_t ia, ib;
@@ -420,8 +424,8 @@ ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t 
     rk_store_elem(in_t, inplace_row + ia * in_sz, rk_encode(in_t, ra));
     rk_store_elem(in_t, inplace_row + ib * in_sz, rk_encode(in_t, rb));
   }
-  rk_store_elem(out_t, out_row + ia * out_sz, rk_to_output(ra, out_t, p.reciprocal, scale, inv_scale));
-  rk_store_elem(out_t, out_row + ib * out_sz, rk_to_output(rb, out_t, p.reciprocal, scale, inv_scale));
+  rk_store_elem(out_t, out_row + ia * out_sz, rk_to_output(ra, out_t, mul, scale, inv_scale));
+  rk_store_elem(out_t, out_row + ib * out_sz, rk_to_output(rb, out_t, mul, scale, inv_scale));
 }
 
 ROPEKV_DEVICE int64_t rk_num_chunks(int64_t n, int vec) {
@@ -455,12 +459,12 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
       if (p.skip_q_nope) continue;  // zero-copy concat: the nope part already sits in q_out
       const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
       const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
-      rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.reciprocal,
+      rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.q_mul,
                     p.q_scale, p.q_inv_scale);
     } else {
       char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
       rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, out_row + p.dn * o_sz,
-                   p.q_out_dtype, p.q_scale, p.q_inv_scale, r - nope_chunks, cos_row, sin_row);
+                   p.q_out_dtype, p.q_scale, p.q_inv_scale, p.q_mul, r - nope_chunks, cos_row, sin_row);
     }
   }
 }
@@ -483,11 +487,11 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
   for (int64_t u = tid; u < units; u += nthreads) {
     if (u < nope_chunks) {
-      rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.reciprocal,
+      rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.k_mul,
                     p.k_scale, p.k_inv_scale);
     } else {
       rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst,
-                   p.cache.dtype, p.k_scale, p.k_inv_scale, u - nope_chunks, cos_row, sin_row);
+                   p.cache.dtype, p.k_scale, p.k_inv_scale, p.k_mul, u - nope_chunks, cos_row, sin_row);
     }
   }
 }
@@ -716,7 +720,7 @@ ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, int32_t ct, uint
     o[0] = o[1] = 0u;
     ROPEKV_UNROLL
     for (int m = 0; m < 8; ++m)
-      o[m >> 2] |= (rk_to_output(v[m], ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+      o[m >> 2] |= (rk_to_output(v[m], ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
   } else {
     o[0] = o[1] = o[2] = o[3] = 0u;
     ROPEKV_UNROLL
@@ -857,7 +861,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
       ROPEKV_UNROLL
       for (int m = 0; m < 8; ++m) {
         const float v = rk_decode(kt, rk_lane16(wa, m));
-        o[m >> 2] |= (rk_to_output(v, ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+        o[m >> 2] |= (rk_to_output(v, ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
       }
       rk_store_words(dst, 8, o);
     } else {
@@ -912,22 +916,6 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // units, an out-of-range slot the cache entry).
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
 
-// The q nope copy's 16-byte accesses, with the cache hints of p.v4_stream (same bytes).
-ROPEKV_DEVICE void rk_v4_load_nope(const rk_params& p, const char* src, uint32_t* w) {
-  if (p.v4_stream & 1) {
-    rk_load16_stream(src, w);
-  } else {
-    rk_load_words(src, 16, w);
-  }
-}
-ROPEKV_DEVICE void rk_v4_store_nope(const rk_params& p, char* dst, const uint32_t* w) {
-  if (p.v4_stream & 2) {
-    rk_store16_stream(dst, w);
-  } else {
-    rk_store_words(dst, 16, w);
-  }
-}
-
 // A loaded position, clamped (pos_oob = clamp) or refused (error mode, unchecked device value).
 ROPEKV_DEVICE bool rk_v4_position_ok(const rk_params& p, int64_t* pos) {
   if (*pos >= 0 && *pos < p.table_rows) return true;
@@ -960,7 +948,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = lane + k * lanes;
-    if (j < nc) rk_v4_load_nope(p, nope_row + static_cast<int64_t>(j) * 16, w[k]);
+    if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
   }
   if (slot < 0) return;  // padding token, pad_q = skipped: q_out row left as it was
   const bool pos_ok = rope_lane && rk_v4_position_ok(p, &pos);
@@ -975,21 +963,21 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     const int32_t j = lane + k * lanes;
     if (j < nc && rk_v3_nope_written(j, nc)) {
       rk_canon_nan16x8(w[k], qt);
-      rk_v4_store_nope(p, out_row + static_cast<int64_t>(j) * 16, w[k]);
+      rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
     }
   }
   for (int32_t first = lane + rk_v4_batch * lanes; first < nc; first += rk_v4_batch * lanes) {
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * lanes;
-      if (j < nc) rk_v4_load_nope(p, nope_row + static_cast<int64_t>(j) * 16, w[k]);
+      if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
     }
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * lanes;
       if (j < nc && rk_v3_nope_written(j, nc)) {
         rk_canon_nan16x8(w[k], qt);
-        rk_v4_store_nope(p, out_row + static_cast<int64_t>(j) * 16, w[k]);
+        rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
       }
     }
   }
@@ -1020,7 +1008,7 @@ ROPEKV_DEVICE int rk_v4_cache_chunk(const rk_params& p, int32_t kt, int32_t ct, 
   ROPEKV_UNROLL
   for (int m = 0; m < 8; ++m) {
     const float v = rk_decode(kt, rk_lane16(w, m));
-    o[m >> 2] |= (rk_to_output(v, ct, p.reciprocal, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+    o[m >> 2] |= (rk_to_output(v, ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
   }
   w[0] = o[0];
   w[1] = o[1];

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "backends/hip/kernel.h"
@@ -21,6 +22,10 @@ struct rk_launch {
   uint32_t grid_x = 0, grid_y = 0;  // tokens, head groups
   uint32_t block_threads = 0;
   bool empty = true;                // nothing to launch (Ts == 0)
+  // fast_v4: launch with programmatic dependent launch where the device has it (CUDA sm_90+;
+  // the hip backend decides, gpu_compat.h rk_pdl_supported; the kernel waits for its
+  // predecessor before its first memory access, so this is correct after any kernel).
+  bool pdl = false;
   std::string variant;
 };
 
@@ -145,6 +150,16 @@ inline std::string rk_v4_refusal(const rk_params& p) {
   if (p.tq * (p.heads + 4) >= (int64_t{1} << 31)) return "Tq x (H + 4) beyond 2^31";
   if (p.ts >= (int64_t{1} << 28)) return "Ts beyond 2^28";
   return {};
+}
+
+// Whether v / scale == v * fp32(1 / scale) for every fp32 v (kernel.h rk_params::k_mul): scale
+// is 2^k with -126 <= k <= 126, so 1 / scale = 2^-k is exact and normal, and both sides are the
+// exact v * 2^-k rounded once. (k_scale = 1, the common uncalibrated case, is one.)
+inline bool rk_exact_inverse(float scale) {
+  uint32_t bits;
+  std::memcpy(&bits, &scale, 4);
+  const uint32_t exp_field = (bits >> 23) & 0xffu;
+  return (bits >> 31) == 0 && (bits & 0x7fffffu) == 0 && exp_field >= 1 && exp_field <= 253;
 }
 
 // Host half of rk_div_u32: the multiplier and shift for a divisor d >= 1.
@@ -299,6 +314,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   p.q_scale = a.q_scale;
   p.k_inv_scale = 1.0f / a.k_scale;  // fp32(1 / scale), IEEE division, once
   p.q_inv_scale = 1.0f / a.q_scale;
+  p.k_mul = p.reciprocal || rk_exact_inverse(a.k_scale);
+  p.q_mul = p.reciprocal || rk_exact_inverse(a.q_scale);
   const rk_variant_override& ov = rk_variant_overrides();
   // Zero-copy concat (core/SPEC.md): q_nope is exactly the first Dn columns of q_out.
   p.skip_q_nope = !ov.no_zero_copy && s.tq > 0 && a.q_nope.data == a.q_out.data &&
@@ -322,7 +339,6 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
     }
     p.v4_kv_split_log2 = kvs;
-    p.v4_stream = ov.v4_stream >= 0 ? static_cast<int32_t>(ov.v4_stream & 3) : 0;
     int32_t ql = 5;  // lanes per q row: 32, or with zero-copy the smallest power of two >= units
     if (p.skip_q_nope) {
       ql = 0;
@@ -344,11 +360,11 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     while (wpb < 8 && (groups + wpb - 1) / wpb > rk_max_grid_x) wpb *= 2;
     p.heads_per_block = s.heads;
     l.kernel = rk_kernel::fast4;
+    l.pdl = !ov.no_pdl;
     l.block_threads = static_cast<uint32_t>(32 * wpb);
     l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
     l.grid_y = 1;
-    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
-                (p.v4_stream ? ",cs" + std::to_string(p.v4_stream) : std::string()) + "," +
+    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) + "," +
                 rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     return l;

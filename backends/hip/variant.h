@@ -18,7 +18,7 @@ struct rk_variant_override {
   int32_t no_v4 = 0;             // 1: never take fast_v4 (fast_v3 where eligible, as before)
   int64_t v4_groups_per_block = 0;  // > 0: fast_v4 32-thread groups per block (<= 8)
   int64_t v4_kv_split = 0;       // > 0: fast_v4 groups per cache entry (1, 2 or 4)
-  int64_t v4_stream = -1;        // >= 0: fast_v4 q nope cache hints (0 none, 1 loads, 2 stores, 3 both)
+  int32_t no_pdl = 0;            // 1: launch fast_v4 without programmatic dependent launch
 };
 
 // The process-wide override (not thread-safe to change while launches are being planned).

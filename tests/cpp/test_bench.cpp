@@ -185,6 +185,10 @@ const char* v3_cases[] = {
     "tq=6 ts=6 tk=6 h=3 in=bf16 qo=bf16 cache=fp8_e5m2fnuz nb=1 pad_slots=2 pad_q=computed style=neox",
     "tq=2 ts=4 tk=5 h=4 dn=24 dr=16 in=bf16 qo=bf16 cache=bf16 nb=1 q_layout=head_major kv_layout=fused",
     "tq=2 ts=2 tk=2 h=200 dn=8 dr=32 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+    // divide mode with a scale that is not a power of two (an IEEE division per element) and
+    // with 2^-3 (an exact multiply by 8, rk_params::k_mul)
+    "tq=3 ts=4 tk=4 h=6 in=bf16 qo=bf16 cache=fp8_e4m3fn k_scale=0.37 nb=1 amp=300",
+    "tq=3 ts=4 tk=4 h=6 in=f16 qo=f16 cache=fp8_e5m2 k_scale=0.125 nb=1 amp=3000",
 };
 
 TEST_CASE("fast_v4 and fast_v3: sim passes against the reference; bytes identical to the general path") {
