@@ -148,7 +148,7 @@ std::unique_ptr<backend> make_hip_backend() {
 std::string hip_variant(const op_args& args) {
   const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(args);
   std::string v = l.variant;
-  if (l.pdl && ropekv_gpu::rk_pdl_supported()) v += "+pdl";
+  if (l.pdl && rk_pdl_supported()) v += "+pdl";
 #if ROPEKV_MUTATION != 0
   v += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
@@ -161,13 +161,13 @@ void hip_launch(const op_args& device_args, void* stream) {
   if (!why.empty()) throw unsupported_error(why);
   ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(device_args);
   if (l.empty) return;
-  l.pdl = l.pdl && ropekv_gpu::rk_pdl_supported();
+  l.pdl = l.pdl && rk_pdl_supported();
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      check(ropekv_gpu::rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec)>, grid, block, s, l.pdl,
+      check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec)>, grid, block, s, l.pdl,
                                          l.params),
             "kernel launch");
     });
