@@ -222,6 +222,20 @@ void reference_run(const op_args& args) {
     }
   };
 
+  // A hint as well: the q_nope row after (t, h) (the next head, or head 0 of the next token),
+  // so that its DRAM reads overlap this row's rope arithmetic (4096 x 16: 5.1 -> 4.6 ms).
+  auto prefetch_next_q_nope_row = [&](int64_t t, int64_t h) {
+    if (h + 1 < sz.heads) {
+      ++h;
+    } else {
+      ++t;
+      h = 0;
+    }
+    if (t >= sz.tq) return;
+    prefetch_bytes(q_nope_raw.at(t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1]),
+                   sz.dn * q_nope_raw.elem_bytes);
+  };
+
   // One work item per (token t, row j): j < H is q head j, j == H is the token's k row. Items
   // are independent (distinct output rows; distinct cache entries since written slots are
   // unique), so threads share them at any Ts; dynamic chunks keep a preempted thread (shared
@@ -242,6 +256,7 @@ void reference_run(const op_args& args) {
 
         if (j < sz.heads && compute_q) {  // q_out[t, h] = [q_nope[t, h] | rope(q_pe[t, h])]
           const int64_t h = j;
+          prefetch_next_q_nope_row(t, h);
           load_table_row(t, s);
           // rope from the original q_pe row (read whole before any in-place write-back)
           const int64_t pe_off = t * args.q_pe.strides_elems[0] + h * args.q_pe.strides_elems[1];
