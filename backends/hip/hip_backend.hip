@@ -28,8 +28,13 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // One kernel per fast_v4 instantiation (the same rk_v3_spec set as fast_v3).
 // With programmatic dependent launch (launch_plan.h rk_launch::pdl): let the next kernel start
 // early, and wait for the previous one before touching memory.
+// fp8-cache gptj instantiations: at most 48 registers (5 blocks of 256), as the 16-bit ones
+// need by themselves (45): their natural 54 would cost every q row of the grid a tenth of its
+// occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md).
 template <class S>
-__global__ void __launch_bounds__(rk_max_block_threads) rk_fast4_kernel(rk_params p) {
+inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? 5 : 1;
+template <class S>
+__global__ void __launch_bounds__(rk_max_block_threads, rk_fast4_min_blocks_for<S>) rk_fast4_kernel(rk_params p) {
   rk_pdl_trigger();
   rk_pdl_wait();
   rk_fast4_body<S>(p);

@@ -906,9 +906,9 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // rotates rope unit l (the fast_v3 unit: gptj 4 pairs of one 16-byte load, neox 8 pairs from
 // a 16-byte load in each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
 // first nope batch) is issued before the first wait; the cos/sin loads wait for the position
-// only. Groups, token-major (rk_fast4_body): a token's q rows (32 lanes per row, or with
-// zero-copy concat, no nope chunks, 2^q_lanes_log2 >= units lanes per row and several rows per
-// group), then its cache entry (split over 2^kv_split_log2 groups: slice s takes chunks
+// only. Groups, token-major (rk_fast4_body): a token's cache entry (split over 2^kv_split_log2
+// groups), then its q rows (32 lanes per row, or with zero-copy concat, no nope chunks,
+// 2^q_lanes_log2 >= units lanes per row and several rows per group). Cache slice s takes chunks
 // s*32 + l, (s + split)*32 + l, ...; slice 0 does the rope units). The group index is split
 // into (token, group) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
 // conversions and rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
@@ -1085,11 +1085,13 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   }
 }
 
-// The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has
-// v4_q_groups_per_token groups of q rows (32 lanes per row, or 2^q_lanes_log2 with zero-copy)
-// followed by its 2^kv_split_log2 cache-entry groups; tokens [Tq, Ts) have the cache groups only.
+// The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its
+// 2^kv_split_log2 cache-entry groups followed by v4_q_groups_per_token groups of q rows (32
+// lanes per row, or 2^q_lanes_log2 with zero-copy); tokens [Tq, Ts) have the cache groups only.
 // So the arithmetic of the cache entries (fp8 conversions) is spread over the whole grid,
-// interleaved with the memory-bound q rows, instead of forming one compute-bound phase.
+// interleaved with the memory-bound q rows, instead of forming one compute-bound phase, and a
+// token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
+// with q rows, not with a conversion chain.
 template <class S>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1105,15 +1107,15 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   } else {
     const int64_t k = group - p.v4_q_token_groups;  // tokens [Tq, Ts): cache groups only
     t = p.tq + (k >> p.v4_kv_split_log2);
-    r = p.v4_q_groups_per_token + (k & (kv_groups - 1));
+    r = k & (kv_groups - 1);
     if (t >= p.ts) return;
   }
-  if (r >= p.v4_q_groups_per_token) {
-    rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r - p.v4_q_groups_per_token), l32);
+  if (r < kv_groups) {
+    rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r), l32);
     return;
   }
   const int32_t ql = p.v4_q_lanes_log2;
-  const int64_t h = (r << (5 - ql)) + (l32 >> ql);
+  const int64_t h = ((r - kv_groups) << (5 - ql)) + (l32 >> ql);
   if (h >= p.heads) return;
   rk_v4_q_row<S>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
 }
