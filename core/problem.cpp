@@ -479,4 +479,22 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
   return p;
 }
 
+problem coerce_aligned16(problem p) {
+  auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+  auto round_down = [](int64_t v, int64_t m) { return v / m * m; };
+  if (p.in_dtype != dtype::f16 && p.in_dtype != dtype::bf16)
+    p.in_dtype = (p.seed & 1) ? dtype::bf16 : dtype::f16;
+  p.q_out_dtype = p.in_dtype;
+  if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
+  p.opt.inplace_q = false;
+  p.opt.inplace_k = false;
+  p.dn = round_up(p.dn, 8);
+  p.dr = round_up(p.dr, p.opt.style == rope_style::neox ? 16 : 8);
+  p.row_pad_elems = round_down(p.row_pad_elems, 8);
+  p.entry_pad_elems = round_down(p.entry_pad_elems, 8);
+  p.block_pad_elems = round_down(p.block_pad_elems, 8);
+  p.table_pad_elems = round_down(p.table_pad_elems, 8);
+  return parse_problem(p.to_repro());  // canonical and validated (throws arg_error naming the key)
+}
+
 }  // namespace ropekv
