@@ -107,10 +107,13 @@ The op contract: core/SPEC.md. Reading a report: docs/fuzz.md.)";
 const char* const fuzz_footer = R"(Each case i is random_problem(seed, i): inputs, strides, layouts and options all derive
 from (seed, i), so a printed repro replays the case exactly. A failing case is shrunk
 (fewer tokens, heads, blocks; smaller dn/dr; no padding) and the shrunk repro printed.
+--profile aligned16 draws coerce_aligned16(random_problem(seed, i)) instead (the GPU fast
+paths' domain; shrinking stays in it); the "kernels:" line counts which kernel B ran.
 The last stdout line is always "N passed, N failed" (", N skipped" when any).
 
 Examples:
   ropekv fuzz --backends ref,sim --cases 2000 --seed 7
+  ropekv fuzz --backends ref,hip --profile aligned16 --cases 10000 --max-tokens 64
   ropekv fuzz --time 10m --max-tokens 64 --json report.json --dump failures/
   ropekv fuzz --shard auto/16 --cases 100000 --json shard-$SLURM_ARRAY_TASK_ID.json
   ropekv report merge shard-*.json --json all.json
@@ -228,6 +231,7 @@ struct fuzz_cli_opts {
   int64_t cases = -1;
   uint64_t seed = 1;
   int64_t max_tokens = 256;
+  std::string profile = "any";
   int64_t max_ulp = 1;
   int64_t max_failures = 0;
   bool strict = false, bitwise = false, no_shrink = false;
@@ -264,6 +268,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
     throw arg_error("--max-tokens", "1..4096", std::to_string(o.max_tokens));
   }
   f.max_tokens = o.max_tokens;
+  f.profile = parse_fuzz_profile(o.profile);
   if (o.max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(o.max_ulp));
   f.cmp.max_ulp = o.max_ulp;
   f.cmp.strict = o.strict;
@@ -431,6 +436,9 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--time", fo.time, "Stop after this long: 60s, 10m, 1h");
   fuzz->add_option("--seed", fo.seed, "Campaign seed; case i is random_problem(seed, i)")->capture_default_str();
   fuzz->add_option("--max-tokens", fo.max_tokens, "Upper bound on Tq/Ts/Tk of random cases (<= 4096)")->capture_default_str();
+  fuzz->add_option("--profile", fo.profile,
+                   "any: every option; aligned16: 16-bit q/kv, 16-byte aligned rows, no in-place rope (exercise the GPU fast paths)")
+      ->capture_default_str();
   fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->capture_default_str();
   fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
   fuzz->add_flag("--bitwise", fo.bitwise,

@@ -35,7 +35,43 @@ std::string quote_single(const std::string& s) {
   return out + "'";
 }
 
+// The kernel family of a variant string: "fast_v4(wpb4,...)+pdl" -> "fast_v4".
+std::string variant_family(const std::string& v) {
+  size_t end = v.find_first_of("(+");
+  return end == std::string::npos ? v : v.substr(0, end);
+}
+
 }  // namespace
+
+const char* fuzz_profile_name(fuzz_profile p) {
+  switch (p) {
+    case fuzz_profile::any: return "any";
+    case fuzz_profile::aligned16: return "aligned16";
+    default: throw error(fmt::format("fuzz_profile_name: bad profile {}", static_cast<int>(p)));
+  }
+}
+
+fuzz_profile parse_fuzz_profile(const std::string& text) {
+  for (fuzz_profile p : {fuzz_profile::any, fuzz_profile::aligned16})
+    if (text == fuzz_profile_name(p)) return p;
+  throw arg_error("--profile", "one of any, aligned16", "'" + text + "'");
+}
+
+namespace {
+
+problem apply_profile(fuzz_profile profile, const problem& p) {
+  switch (profile) {
+    case fuzz_profile::any: return p;
+    case fuzz_profile::aligned16: return coerce_aligned16(p);
+    default: throw error(fmt::format("apply_profile: bad profile {}", static_cast<int>(profile)));
+  }
+}
+
+}  // namespace
+
+problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens) {
+  return apply_profile(profile, random_problem(seed, case_index, max_tokens));
+}
 
 case_record run_case(const problem& prob, backend& a, backend& b, const compare_options& cmp,
                      case_data* out_initial, case_data* out_a, case_data* out_b) {
@@ -86,9 +122,24 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
   return rec;
 }
 
+namespace {
+
+// Whether `cand` is larger than `cur` in any size the shrinker reduces. Accepting such a
+// candidate would let two edits undo each other (tq 0 -> 1 -> 0 ...) until the time is up.
+bool grows(const problem& cand, const problem& cur) {
+  return cand.tq > cur.tq || cand.ts > cur.ts || cand.tk > cur.tk || cand.heads > cur.heads ||
+         cand.num_blocks > cur.num_blocks || cand.block_size > cur.block_size ||
+         cand.table_rows > cur.table_rows || cand.pad_slots > cur.pad_slots || cand.dn > cur.dn ||
+         cand.dr > cur.dr || cand.row_pad_elems > cur.row_pad_elems ||
+         cand.entry_pad_elems > cur.entry_pad_elems || cand.block_pad_elems > cur.block_pad_elems ||
+         cand.table_pad_elems > cur.table_pad_elems;
+}
+
+}  // namespace
+
 problem shrink_problem(const problem& start, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
-                       int64_t* tries) {
+                       int64_t* tries, fuzz_profile profile) {
   auto t0 = clock_type::now();
   problem cur = start;
   *steps = 0;
@@ -120,7 +171,8 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
   }
   edits.push_back([](problem& p) { p.tq = 0; });
   edits.push_back([](problem& p) { p.tk = p.ts; });
-  edits.push_back([](problem& p) { p.dn = 16; });
+  // (only ever downwards: an edit that grows a size lets the loop cycle until its time is up)
+  edits.push_back([](problem& p) { p.dn = std::min<int64_t>(p.dn, 16); });
   edits.push_back([](problem& p) { p.dn = std::max<int64_t>(p.dn / 2, 1); });
   edits.push_back([](problem& p) { p.dn = 1; });
   edits.push_back([](problem& p) { p.dr = 2; });
@@ -149,9 +201,12 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
       if (cand == cur) continue;
       try {
         check_problem(cand);
+        cand = apply_profile(profile, cand);  // canonical and validated, or throws
       } catch (const std::exception&) {
         continue;
       }
+      if (cand == cur) continue;  // the profile undid the edit
+      if (grows(cand, cur)) continue;  // e.g. "tq = 1" from tq = 0: no longer a shrink
       ++*tries;
       case_record r = run_case(cand, a, b, cmp);
       if (r.report.outcome == outcome) {
@@ -169,6 +224,7 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   if (opt.cmp.max_ulp != 1) cmd += fmt::format(" --max-ulp {}", opt.cmp.max_ulp);
   if (opt.cmp.strict) cmd += " --strict";
   if (opt.cmp.bitwise) cmd += " --bitwise";
+  if (opt.profile != fuzz_profile::any) cmd += fmt::format(" --profile {}", fuzz_profile_name(opt.profile));
   return cmd + " --repro " + quote_single(repro);
 }
 
@@ -214,11 +270,30 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
       if (i % opt.shard_count != opt.shard_index) continue;
     }
     s.next_index = i + 1;
-    problem prob = opt.repro ? *opt.repro : random_problem(opt.seed, static_cast<uint64_t>(i), opt.max_tokens);
     const bool want_dump = !opt.dump_dir.empty();
     case_data init, ra, rb;
-    case_record rec = want_dump ? run_case(prob, *a, *b, opt.cmp, &init, &ra, &rb)
-                                : run_case(prob, *a, *b, opt.cmp);
+    problem prob;
+    case_record rec;
+    bool profiled = true;
+    if (opt.repro) {
+      prob = *opt.repro;
+    } else {
+      try {
+        prob = profile_problem(opt.profile, opt.seed, static_cast<uint64_t>(i), opt.max_tokens);
+      } catch (const arg_error& e) {
+        // the profile's coercion broke a constraint: not a case of this profile (the reason
+        // names the key only, so that skip_reasons groups these cases)
+        profiled = false;
+        rec.report.repro = random_problem(opt.seed, static_cast<uint64_t>(i), opt.max_tokens).to_repro();
+        rec.report.outcome = case_outcome::skipped;
+        rec.report.message = fmt::format("profile {}: the coerced problem breaks the constraint on {}",
+                                         fuzz_profile_name(opt.profile), e.arg());
+      }
+    }
+    if (profiled) {
+      rec = want_dump ? run_case(prob, *a, *b, opt.cmp, &init, &ra, &rb) : run_case(prob, *a, *b, opt.cmp);
+    }
+    if (!rec.variant_b.empty()) ++s.variants[variant_family(rec.variant_b)];
     rec.index = opt.repro ? -1 : i;
     rec.replay = replay_command(opt, rec.report.repro);
     ++s.cases_run;
@@ -247,7 +322,7 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
     }
     if (bad && opt.shrink) {
       problem small = shrink_problem(prob, rec.report.outcome, *a, *b, opt.cmp, opt.shrink_time_s,
-                                     &rec.shrink_steps, &rec.shrink_tries);
+                                     &rec.shrink_steps, &rec.shrink_tries, opt.profile);
       if (small != prob) {
         rec.shrunk_repro = small.to_repro();
         rec.shrunk_replay = replay_command(opt, rec.shrunk_repro);
@@ -304,9 +379,16 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
   }
   clear_progress();
   s.elapsed_s = seconds_since(t0);
-  out << fmt::format("backends {} vs {}, seed {}, shard {}/{}, {} cases in {:.1f}s\n",
-                     opt.backend_a, opt.backend_b, opt.seed, opt.shard_index, opt.shard_count,
-                     s.cases_run, s.elapsed_s);
+  out << fmt::format("backends {} vs {}, seed {}{}, shard {}/{}, {} cases in {:.1f}s\n",
+                     opt.backend_a, opt.backend_b, opt.seed,
+                     opt.profile == fuzz_profile::any ? std::string()
+                                                      : fmt::format(", profile {}", fuzz_profile_name(opt.profile)),
+                     opt.shard_index, opt.shard_count, s.cases_run, s.elapsed_s);
+  if (!s.variants.empty()) {
+    std::string line = fmt::format("{} kernels:", opt.backend_b);
+    for (const auto& [v, n] : s.variants) line += fmt::format(" {} x{}", v, n);
+    out << line << "\n";
+  }
   if (s.counts.errored) out << fmt::format("{} errored (counted as failed below)\n", s.counts.errored);
   for (const auto& [why, n] : s.skip_reasons) out << fmt::format("skipped {}x: {}\n", n, why);
   if (s.counts.mistrusted) {
@@ -376,6 +458,8 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
   for (const case_record& r : s.notable) cases.push_back(case_record_json(r));
   nlohmann::json skips = nlohmann::json::object();
   for (const auto& [why, n] : s.skip_reasons) skips[why] = n;
+  nlohmann::json variants = nlohmann::json::object();
+  for (const auto& [v, n] : s.variants) variants[v] = n;
   return {{"format", "ropekv-fuzz-report"},
           {"schema_version", 1},
           {"ropekv_version", ROPEKV_VERSION},
@@ -387,6 +471,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"cases", opt.cases >= 0 ? nlohmann::json(opt.cases) : nlohmann::json(nullptr)},
             {"time_limit_s", opt.time_limit_s},
             {"max_tokens", opt.max_tokens},
+            {"profile", fuzz_profile_name(opt.profile)},
             {"max_ulp", opt.cmp.max_ulp},
             {"strict", opt.cmp.strict},
             {"bitwise", opt.cmp.bitwise},
@@ -405,6 +490,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"mistrusted", s.counts.mistrusted},
             {"total", s.counts.total()}}},
           {"skip_reasons", skips},
+          {"variants", variants},
           {"cases", cases},
           {"summary", summary_line(s.counts)}};
 }
@@ -434,7 +520,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
   fuzz_counts c;
   nlohmann::json shards = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
-  std::map<std::string, int64_t> skips;
+  std::map<std::string, int64_t> skips, variants;
   for (size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (r.at("config") != config) {
@@ -462,6 +548,8 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
     c.mistrusted += k.mistrusted;
     for (const auto& cs : r.at("cases")) cases.push_back(cs);
     for (const auto& [why, n] : r.at("skip_reasons").items()) skips[why] += n.get<int64_t>();
+    if (r.contains("variants"))  // absent in reports written before it existed
+      for (const auto& [v, n] : r.at("variants").items()) variants[v] += n.get<int64_t>();
   }
   std::stable_sort(cases.begin(), cases.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
     return x.at("index").get<int64_t>() < y.at("index").get<int64_t>();
@@ -471,6 +559,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
   merged["counts"] = {{"passed", c.passed},   {"failed", c.failed},         {"errored", c.errored},
                       {"skipped", c.skipped}, {"mistrusted", c.mistrusted}, {"total", c.total()}};
   merged["skip_reasons"] = skips;
+  merged["variants"] = variants;
   merged["summary"] = summary_line(c);
   return merged;
 }

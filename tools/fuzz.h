@@ -17,6 +17,18 @@
 
 namespace ropekv {
 
+// Which random problems the campaign draws (`--profile`): `any` is random_problem(seed, i), the
+// whole option space; `aligned16` is coerce_aligned16(random_problem(seed, i)), the domain of
+// the GPU fast paths (16-bit q/kv, same-dtype q_out, 16-byte aligned rows, no in-place rope).
+enum class fuzz_profile : uint8_t { any, aligned16 };
+const char* fuzz_profile_name(fuzz_profile p);
+// Parses a --profile value; throws arg_error("--profile", "one of any, aligned16", got).
+fuzz_profile parse_fuzz_profile(const std::string& text);
+
+// Case i of a campaign of this profile. Throws arg_error when the profile's coercion of
+// random_problem(seed, i) breaks a problem constraint (run_fuzz counts the case as SKIPPED).
+problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens);
+
 struct fuzz_options {
   std::string backend_a = "ref";       // the reference side
   std::string backend_b = "sim";       // the backend under test
@@ -25,6 +37,7 @@ struct fuzz_options {
   int64_t cases = -1;                  // total case stream length; -1: bounded by time only
   double time_limit_s = 0;             // 0: none
   int64_t max_tokens = 256;
+  fuzz_profile profile = fuzz_profile::any;  // the random stream; shrinking stays in the profile
   compare_options cmp;
   std::optional<problem> repro;        // replay exactly this problem (one case)
   int64_t shard_index = 0, shard_count = 1;  // case i runs on shard i % shard_count
@@ -55,6 +68,7 @@ struct fuzz_summary {
   fuzz_counts counts;
   std::vector<case_record> notable;            // non-passed cases (up to max_reported)
   std::map<std::string, int64_t> skip_reasons;
+  std::map<std::string, int64_t> variants;     // backend b's kernel family ("fast_v4", ...) -> cases it ran
   int64_t cases_run = 0;
   int64_t next_index = 0;                      // first case index not looked at
   double elapsed_s = 0;
@@ -69,12 +83,15 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
 
 // Greedy shrinking: tries smaller / simpler variants of `prob` (fewer tokens, heads, blocks,
 // smaller dn/dr, no padding, separate kv, token-major q, ...) and keeps each that still ends
-// with the same outcome (FAILED or ERRORED). Returns the smallest found.
+// with the same outcome (FAILED or ERRORED). Returns the smallest found. Under a profile other
+// than `any` every candidate is re-coerced into the profile (a candidate the coercion rejects is
+// not tried), so the shrunk case is still one the profile draws.
 problem shrink_problem(const problem& prob, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
-                       int64_t* tries);
+                       int64_t* tries, fuzz_profile profile = fuzz_profile::any);
 
-// `ropekv fuzz --backends A,B [--max-ulp N] [--strict] --repro '<repro>'`
+// `ropekv fuzz --backends A,B [--max-ulp N] [--strict] [--profile P] --repro '<repro>'` (the
+// repro replays exactly; --profile only keeps a shrink of the replay inside the profile)
 std::string replay_command(const fuzz_options& opt, const std::string& repro);
 
 // Runs the campaign. Prints failure reports and progress to `out` (an updating line when `tty`)

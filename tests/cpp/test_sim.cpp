@@ -201,9 +201,10 @@ TEST_CASE("sim: validation runs before any write") {
 // The fuzz stream (`ropekv fuzz --cases 2000 --max-tokens 64`, seed 1) takes fast_v3 in only a
 // few percent of its cases (in-place rope, f32/fp8 q, odd widths and paddings are frequent), so
 // fast_v3 and fast_v4 get their own random stream: the same problems, coerced into what fast_v3 accepts
-// (16-bit q/kv, q_out = q, cache = kv's dtype or fp8, widths multiples of 8/16, no row/entry
-// padding, no in-place rope), run against the reference, once with fast_v4 (the default) and
-// once with fast_v3 (v4 off). Most must take the kernel under test.
+// by core's coerce_aligned16 (the `fuzz --profile aligned16` stream: 16-bit q/kv, q_out = q,
+// cache = kv's dtype or fp8, widths multiples of 8/16, paddings multiples of 8, no in-place
+// rope), run against the reference, once with fast_v4 (the default) and once with fast_v3 (v4
+// off). Most must take the kernel under test.
 TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against the reference") {
   for (const std::string kernel : {"fast_v4", "fast_v3"}) {
     ropekv_gpu::rk_variant_override ov;
@@ -213,26 +214,14 @@ TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against
     int taken = 0, other = 0;
     const int n = 300;
     for (int i = 0; i < n; ++i) {
-      problem p = random_problem(7, static_cast<uint64_t>(i), 24);
-      p.in_dtype = (i & 1) ? dtype::bf16 : dtype::f16;
-      p.q_out_dtype = p.in_dtype;
-      if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
-      p.opt.inplace_q = p.opt.inplace_k = false;
-      p.dn = (p.dn + 7) / 8 * 8;
-      const int64_t dr_mult = p.opt.style == rope_style::neox ? 16 : 8;
-      p.dr = (p.dr + dr_mult - 1) / dr_mult * dr_mult;
-      p.row_pad_elems = p.row_pad_elems / 8 * 8;
-      p.entry_pad_elems = p.entry_pad_elems / 8 * 8;
-      p.block_pad_elems = p.block_pad_elems / 8 * 8;
-      p.table_pad_elems = p.table_pad_elems / 8 * 8;
-      const std::string repro = p.to_repro();
       problem q;
       try {
-        q = parse_problem(repro);  // canonical (and validated) form of the coerced problem
+        q = coerce_aligned16(random_problem(7, static_cast<uint64_t>(i), 24));  // canonical, validated
       } catch (const std::exception&) {
         ++other;
         continue;
       }
+      const std::string repro = q.to_repro();
       const sim_result r = run_and_compare(q);
       INFO(kernel, " ", repro);
       INFO(format_case_report(r.report, true));
