@@ -332,6 +332,7 @@ struct rk_params {
   // 2^(5 - v4_q_lanes_log2) q rows.
   int64_t v4_q_token_groups;  // Tq * (q groups per token + cache groups per token) (< 2^32)
   int32_t v4_kv_split_log2, v4_q_lanes_log2;
+  int32_t v4_kv_rope_group;   // 1: a cache entry's rope units get a group of their own
   int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
@@ -906,8 +907,9 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // rotates rope unit l (the fast_v3 unit: gptj 4 pairs of one 16-byte load, neox 8 pairs from
 // a 16-byte load in each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
 // first nope batch) is issued before the first wait; the cos/sin loads wait for the position
-// only. Groups, token-major (rk_fast4_body): a token's cache entry (split over 2^kv_split_log2
-// groups), then its q rows (32 lanes per row, or with zero-copy concat, no nope chunks,
+// only. Groups, token-major (rk_fast4_body): a token's cache entry (its nope part split over
+// 2^kv_split_log2 groups, its rope units in part 0 or, with kv_rope_group, in a group of their
+// own after them), then its q rows (32 lanes per row, or with zero-copy concat, no nope chunks,
 // 2^q_lanes_log2 >= units lanes per row and several rows per group). Cache slice s takes chunks
 // s*32 + l, (s + split)*32 + l, ...; slice 0 does the rope units). The group index is split
 // into (token, group) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
@@ -1022,8 +1024,10 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
   const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
   const int32_t split = 1 << p.v4_kv_split_log2;
-  const int32_t nc = p.v4_nope_chunks;
-  const bool rope_lane = part == 0 && lane < p.v4_units;
+  // with v4_kv_rope_group, part `split` is a rope-only group; else part 0 also does the rope
+  const bool rope_part = p.v4_kv_rope_group ? part == split : part == 0;
+  const int32_t nc = (p.v4_kv_rope_group && part == split) ? 0 : p.v4_nope_chunks;
+  const bool rope_lane = rope_part && lane < p.v4_units;
   const char* kv_row = p.kv_c + t * p.kv_c_s0 * 2;   // [Dn] 16-bit
   const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr]
   const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
@@ -1097,7 +1101,7 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = g >> 5;
   const int32_t l32 = static_cast<int32_t>(g & 31);
-  const int32_t kv_groups = 1 << p.v4_kv_split_log2;
+  const int32_t kv_groups = (1 << p.v4_kv_split_log2) + p.v4_kv_rope_group;
   int64_t t, r;  // token, group within the token
   if (group < p.v4_q_token_groups) {
     const uint32_t g32 = static_cast<uint32_t>(group);
@@ -1106,8 +1110,8 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     r = g32 - t32 * static_cast<uint32_t>(p.v4_q_groups_per_token + kv_groups);
   } else {
     const int64_t k = group - p.v4_q_token_groups;  // tokens [Tq, Ts): cache groups only
-    t = p.tq + (k >> p.v4_kv_split_log2);
-    r = k & (kv_groups - 1);
+    t = p.tq + k / kv_groups;
+    r = k - (t - p.tq) * kv_groups;
     if (t >= p.ts) return;
   }
   if (r < kv_groups) {

@@ -339,6 +339,9 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
     }
     p.v4_kv_split_log2 = kvs;
+    // fp8 entry: its rope units in a group of their own (their chain of rotation and 8 fp8
+    // conversions per lane does not wait behind a nope chunk's conversions)
+    p.v4_kv_rope_group = ov.v4_kv_rope_group >= 0 ? (ov.v4_kv_rope_group != 0) : rk_is_fp8(p.cache.dtype);
     int32_t ql = 5;  // lanes per q row: 32, or with zero-copy the smallest power of two >= units
     if (p.skip_q_nope) {
       ql = 0;
@@ -347,10 +350,11 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.v4_q_lanes_log2 = ql;
     const int64_t rows_per_group = int64_t{1} << (5 - ql);
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
-    const int64_t groups_per_token = p.v4_q_groups_per_token + (int64_t{1} << kvs);
+    const int64_t kv_groups = (int64_t{1} << kvs) + p.v4_kv_rope_group;
+    const int64_t groups_per_token = p.v4_q_groups_per_token + kv_groups;
     p.v4_q_token_groups = s.tq * groups_per_token;
     rk_div_magic(static_cast<uint32_t>(groups_per_token), &p.v4_gpt_magic, &p.v4_gpt_shift);
-    const int64_t groups = p.v4_q_token_groups + ((s.ts - s.tq) << kvs);
+    const int64_t groups = p.v4_q_token_groups + (s.ts - s.tq) * kv_groups;
     // Groups per block: 4 (128 threads; H200 measurements at 0b77660+1: 2-4 beat 8 at the
     // decode sizes, docs/perf.md) when there are enough groups for 132 SMs, fewer for small
     // problems so that they spread over more SMs (1 x 128: 129 groups, 1 per block).
@@ -364,8 +368,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.block_threads = static_cast<uint32_t>(32 * wpb);
     l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
     l.grid_y = 1;
-    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) + "," +
-                rk_v3_spec_name(p) + ")";
+    l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
+                (p.v4_kv_rope_group ? "+r" : "") + "," + rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     return l;
   }

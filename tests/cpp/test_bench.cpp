@@ -251,10 +251,11 @@ TEST_CASE("fast_v4: groups per block and per cache entry keep the bytes") {
           ropekv_gpu::rk_variant_override ov;
           ov.v4_groups_per_block = gpb;
           ov.v4_kv_split = kvs;
+          ov.v4_kv_rope_group = static_cast<int32_t>((gpb + kvs) & 1);
           override_guard g(ov);
           case_data got = initial.clone();
           sim->run_host(got.args, got.regions());
-          INFO(r, " gpb=", gpb, " kvs=", kvs, " ", sim->last_variant());
+          INFO(r, " gpb=", gpb, " kvs=", kvs, " kvr=", ov.v4_kv_rope_group, " ", sim->last_variant());
           CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
           CHECK(same_bytes(want, got));
         }
