@@ -119,6 +119,8 @@ USAGE_CASES = [
     pytest.param(["fuzz", "--cases", "-3"], ["--cases", "-3"], id="negative case count"),
     pytest.param(["fuzz", "--cases", "1", "--max-ulp", "-1"], ["--max-ulp"], id="negative max-ulp"),
     pytest.param(["fuzz", "--cases", "1", "--max-tokens", "100000"], ["--max-tokens"], id="max-tokens too big"),
+    pytest.param(["fuzz", "--cases", "1", "--profile", "nope"], ["--profile", "expected one of any, aligned16", "got 'nope'"],
+                 id="unknown fuzz profile"),
     pytest.param(["golden", "write", "--preset", "deepseek-v3", "--format", "xyz", "--out", "{tmp}/f"],
                  ["--format", "xyz"], id="unknown golden format"),
     pytest.param(["golden", "check"], ["file"], id="golden check without a file"),

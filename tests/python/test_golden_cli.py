@@ -92,6 +92,26 @@ def test_shard_reports_validate_and_merge(ropekv_bin, schema, tmp_path):
     assert w["counts"] == m["counts"]
 
 
+def test_fuzz_profile_aligned16_takes_the_fast_path(ropekv_bin, schema, tmp_path):
+    """--profile aligned16 (the GPU fast paths' domain): 200 cases ref vs sim pass, the report
+    validates, records the profile, and most cases ran fast_v4 (only a few percent do under the
+    default profile, shown on the same seed)."""
+    counts = {}
+    for profile in ("aligned16", "any"):
+        out = tmp_path / f"{profile}.json"
+        p = run(ropekv_bin, "fuzz", "--backends", "ref,sim", "--profile", profile, "--cases", "200",
+                "--max-tokens", "16", "--json", str(out), check_rc=0)
+        assert p.stdout.strip().splitlines()[-1].startswith("200 passed, 0 failed"), p.stdout
+        report = json.loads(out.read_text())
+        validate(report, schema, schema["$defs"])
+        assert report["config"]["profile"] == profile
+        assert sum(report["variants"].values()) == 200, report["variants"]
+        assert "sim kernels: " in p.stdout
+        counts[profile] = report["variants"].get("fast_v4", 0)
+    assert counts["aligned16"] >= 160, counts
+    assert counts["any"] < counts["aligned16"] / 4, counts
+
+
 def test_golden_write_check_and_read_from_python(ropekv_bin, tmp_path):
     from safetensors.numpy import load_file
     from safetensors import safe_open
