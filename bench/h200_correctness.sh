@@ -30,7 +30,8 @@ shards() {  # shards NAME N FUZZ-ARGS...: N parallel shards of one campaign, mer
 shards fuzz-ref-hip 8 --backends ref,hip --cases 20000 --seed 20261129 --max-tokens 64
 # the default stream reaches fast_v4 in a few percent of its cases; this one in nearly all
 shards fuzz-ref-hip-aligned16 8 --backends ref,hip --profile aligned16 --cases 10000 --seed 4242 --max-tokens 64
-say "fuzz-ref-hip-aligned16 kernels: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("variants"))' "$OUT/fuzz-ref-hip-aligned16.json" 2>&1)"
+say "fuzz-ref-hip-aligned16 kernels (all shards):$(cat "$W"/fuzz-ref-hip-aligned16-*.log | awk '/^hip kernels:/ {
+  for (i = 3; i < NF; i += 2) n[$i] += substr($(i + 1), 2) } END { for (k in n) printf " %s x%d", k, n[k] }')"
 t0=$SECONDS; n=0; bad=0
 for f in "$ROOT"/data/golden/*.safetensors; do
   n=$((n + 1)); "$BIN" golden check "$f" --backend hip > "$W/golden-$(basename "$f").log" 2>&1 || bad=$((bad + 1))
