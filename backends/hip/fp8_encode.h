@@ -32,6 +32,9 @@
 #include <cstdint>
 
 #include "backends/hip/gpu_compat.h"
+#if defined(__CUDACC__) && !defined(__HIP__) && !defined(ROPEKV_SIM)
+#include <cuda_fp8.h>  // __nv_cvt_float2_to_fp8x2 (rk_encode_fp8x2_sat)
+#endif
 
 namespace ropekv_gpu {
 
@@ -125,6 +128,24 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_fp8_sat(float v) {
   } else {
     return code | sign;
   }
+}
+
+// Two f32 values -> two codes of C: lo in bits 0-7, hi in bits 8-15. Same codes as
+// rk_encode_fp8_sat on each. On NVIDIA sm_89+ e4m3fn and e5m2 take the hardware conversion
+// (cvt.rn.satfinite.{e4m3,e5m2}x2.f32: round to nearest even, finite overflow and +-inf to
+// +-max, signed zeros kept: the same codes, checked for all 2^32 inputs of each format by
+// bench/h200_fp8x2_check.cu on the H200), one instruction for two values; a NaN input (which
+// the hardware turns into an unsigned canonical NaN) takes the software path.
+template <int32_t C>
+ROPEKV_HOST_DEVICE uint32_t rk_encode_fp8x2_sat(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && !defined(__HIP__)
+  if constexpr (C == rk_fp8_e4m3fn || C == rk_fp8_e5m2) {
+    if (lo == lo && hi == hi)
+      return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE,
+                                      C == rk_fp8_e5m2 ? __NV_E5M2 : __NV_E4M3);
+  }
+#endif
+  return rk_encode_fp8_sat<C>(lo) | (rk_encode_fp8_sat<C>(hi) << 8);
 }
 
 // f32 -> f16 bits, RNE, overflow and +-inf -> +-inf, NaN -> 0x7e00 with the sign kept.

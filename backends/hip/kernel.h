@@ -716,12 +716,30 @@ struct rk_v3_spec {
 using rk_v3_generic = rk_v3_spec<rk_v3_dyn, rk_v3_dyn, rk_v3_dyn, rk_v3_dyn>;
 
 // 8 rope values -> cache dtype ct (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
+// Two scaled values -> two fp8 codes of ct (lo in bits 0-7): fp8_encode.h's pair encoder (the
+// hardware conversion where there is one), the same codes as rk_encode on each.
+ROPEKV_DEVICE uint32_t rk_encode_fp8x2(int32_t ct, float lo, float hi) {
+  switch (ct) {
+    case rk_e4m3fn: return rk_encode_fp8x2_sat<rk_e4m3fn>(lo, hi);
+    case rk_e4m3fnuz: return rk_encode_fp8x2_sat<rk_e4m3fnuz>(lo, hi);
+    case rk_e5m2: return rk_encode_fp8x2_sat<rk_e5m2>(lo, hi);
+    case rk_e5m2fnuz: return rk_encode_fp8x2_sat<rk_e5m2fnuz>(lo, hi);
+    default: return 0xffffffffu;  // unreachable: callers pass an fp8 format
+  }
+}
+// 8 fp32 values of the k side -> 8 codes of fp8 format ct in o[0..1], k_scale applied as
+// rk_to_output applies it.
+ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
+  float s[8];
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) s[m] = p.k_mul ? ROPEKV_FMUL_RN(v[m], p.k_inv_scale) : ROPEKV_FDIV_RN(v[m], p.k_scale);
+  o[0] = rk_encode_fp8x2(ct, s[0], s[1]) | (rk_encode_fp8x2(ct, s[2], s[3]) << 16);
+  o[1] = rk_encode_fp8x2(ct, s[4], s[5]) | (rk_encode_fp8x2(ct, s[6], s[7]) << 16);
+}
+
 ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
   if (rk_is_fp8(ct)) {
-    o[0] = o[1] = 0u;
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m)
-      o[m >> 2] |= (rk_to_output(v[m], ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
+    rk_fp8_pack8_k(v, p, ct, o);
   } else {
     o[0] = o[1] = o[2] = o[3] = 0u;
     ROPEKV_UNROLL
@@ -1006,14 +1024,10 @@ ROPEKV_DEVICE int rk_v4_cache_chunk(const rk_params& p, int32_t kt, int32_t ct, 
     rk_canon_nan16x8(w, ct);
     return 16;
   }
-  uint32_t o[2] = {0u, 0u};
+  float v[8];
   ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) {
-    const float v = rk_decode(kt, rk_lane16(w, m));
-    o[m >> 2] |= (rk_to_output(v, ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
-  }
-  w[0] = o[0];
-  w[1] = o[1];
+  for (int m = 0; m < 8; ++m) v[m] = rk_decode(kt, rk_lane16(w, m));
+  rk_fp8_pack8_k(v, p, ct, w);
   return 8;
 }
 
