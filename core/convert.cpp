@@ -297,6 +297,37 @@ ROPEKV_ROW_CLONES void encode_row_loop(const row_encode_consts& k, const double*
   }
 }
 
+// bf16 (the rope rows of the common case) by round-to-odd through float, a cheaper exact route
+// than encode_row_loop's 64-bit integer arithmetic: vectorizes in 32-bit lanes.
+// Step 1, round to odd at float precision: f = float(d) is one of the two floats around d
+// (whatever the rounding mode); stepping its magnitude one code toward zero when it is above
+// |d| gives the truncation, and setting the lowest bit when float(d) != d marks the value
+// inexact (the sticky bit). Step 2, RNE from those float bits to bf16 by the rounding-bias add
+// (a carry moves into the exponent: the next binade, or inf above max). Rounding to odd at 24
+// bits, then to nearest even at 8 bits, is the single RNE of d (the odd bit lies 16 places
+// below bf16's last bit, so it can never fake or hide a tie; Boldo & Melquiond, "Emulation of
+// FMA and correctly rounded sums: proved algorithms using rounding to odd", 2008). That holds
+// on the float subnormal grid (a fixed quantum, still 16 bits finer than bf16's) and at
+// overflow: d beyond FLT_MAX truncates to FLT_MAX, odd, and rounds to inf as encode_from_f64
+// does (bf16 overflows the IEEE way in every mode). A NaN gives the canonical quiet NaN of its
+// sign, 0x7fc0 | sign. Equal to encode_from_f64(bf16, d, any mode) for every double
+// (test_convert.cpp checks every tie, its double and float neighbours, and random values).
+ROPEKV_ROW_CLONES void encode_row_bf16(const double* src, uint8_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = src[i];
+    const float f = static_cast<float>(d);
+    const double back = static_cast<double>(f);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits -= static_cast<uint32_t>(std::fabs(back) > std::fabs(d));  // truncation (NaN: false)
+    bits |= static_cast<uint32_t>(back != d);                       // sticky (NaN: true)
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan_code = ((bits >> 16) & 0x8000u) | 0x7fc0u;
+    const uint16_t code = static_cast<uint16_t>(d != d ? nan_code : rounded);
+    std::memcpy(out + 2 * i, &code, 2);
+  }
+}
+
 }  // namespace
 
 void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overflow_mode mode) {
@@ -330,7 +361,7 @@ void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overf
   switch (t) {
     case dtype::f32: check(23, 4); return encode_row_loop<52 - 23, uint32_t>(k, src, out, n);
     case dtype::f16: check(10, 2); return encode_row_loop<52 - 10, uint16_t>(k, src, out, n);
-    case dtype::bf16: check(7, 2); return encode_row_loop<52 - 7, uint16_t>(k, src, out, n);
+    case dtype::bf16: check(7, 2); return encode_row_bf16(src, out, n);
     case dtype::fp8_e4m3fn:
     case dtype::fp8_e4m3fnuz: check(3, 1); return encode_row_loop<52 - 3, uint8_t>(k, src, out, n);
     case dtype::fp8_e5m2:

@@ -677,6 +677,61 @@ TEST_CASE("conv rows: encode_row_from_f64 equals encode_from_f64 at every tie, b
   CHECK_THROWS_AS(encode_row_from_f64(dtype::i64, &x, &got, 1, overflow_mode::ieee), arg_error);
 }
 
+// encode_row_from_f64 into bf16 rounds to odd at float precision, then to nearest even at
+// bf16's: its traps are doubles whose float rounding lands on, or crosses, a bf16 tie. For every
+// pair of neighbouring bf16 values (subnormals, the virtual pair above max), both signs: the
+// tie, its 1..3 double neighbours, the float neighbours of the tie and the float half-way points
+// either side (float ties, which plain float rounding sends to even), each +-1 double ulp.
+// Rows of every length 1..37 cut from the probe list (vector bodies and scalar tails).
+TEST_CASE("conv rows: bf16 row encode equals encode_from_f64 at every bf16 tie's double and float neighbours") {
+  std::vector<double> values;
+  for (uint32_t b = 0; b < 0x7f80u; ++b) values.push_back(decode_to_f64(dtype::bf16, b));
+  values.push_back(0x1p128);  // max_finite + one bf16 spacing (0x1.fep127 + 0x1p120)
+  std::vector<double> xs;
+  for (size_t i = 0; i + 1 < values.size(); ++i) {
+    const double mid = values[i] + (values[i + 1] - values[i]) / 2;  // exact
+    const double f_ulp = std::max(0x1p-149, std::ldexp(1.0, std::ilogb(mid) - 23));  // float spacing at mid
+    std::vector<double> around = {values[i], mid};
+    for (double base : {mid, mid - f_ulp / 2, mid + f_ulp / 2, mid - f_ulp, mid + f_ulp}) {
+      double lo = base, hi = base;
+      around.push_back(base);
+      for (int k = 0; k < 3; ++k) {
+        lo = std::nextafter(lo, 0.0);
+        hi = std::nextafter(hi, INFINITY);
+        around.push_back(lo);
+        around.push_back(hi);
+      }
+    }
+    for (double x : around) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  for (double x : {0.0, -0.0, 0x1p-1074, -0x1p-1074, 0x1p-150, 0x1p-149, 0x1.8p-150, 1e300, -1e300,
+                   static_cast<double>(FLT_MAX), std::nextafter(static_cast<double>(FLT_MAX), 1e300),
+                   1.0 / 0.0, -1.0 / 0.0, std::nan(""), -std::nan("")}) {
+    xs.push_back(x);
+  }
+  CHECK(xs.size() > 1000000);
+  int64_t bad = 0, reported = 0;
+  for (overflow_mode mode : modes) {
+    std::vector<uint16_t> out(xs.size() + 1, 0xa5a5);  // one guard element
+    size_t at = 0;
+    for (int64_t len = 1; at < xs.size(); len = len % 37 + 1) {
+      const int64_t n = std::min<int64_t>(len, static_cast<int64_t>(xs.size() - at));
+      encode_row_from_f64(dtype::bf16, xs.data() + at, out.data() + at, n, mode);
+      at += static_cast<size_t>(n);
+    }
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const uint32_t want = encode_from_f64(dtype::bf16, xs[i], mode);
+      if (out[i] != want && reported++ < 5) MESSAGE("x = " << xs[i] << " got " << out[i] << " want " << want);
+      bad += out[i] != want;
+    }
+    CHECK(out.back() == 0xa5a5);
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE("conv rows: recode_row_same_dtype is round(fp32(x)) into x's dtype, copied and in place") {
   for (dtype t : all_floats) {
     CAPTURE(dtype_name(t));
