@@ -22,11 +22,6 @@
 namespace ropekv {
 namespace {
 
-inline uint8_t* byte_ptr(const tensor_view& v, int64_t offset_elems) {
-  return static_cast<uint8_t*>(v.data) +
-         offset_elems * static_cast<int64_t>(dtype_size_bytes(v.type));
-}
-
 // A view's data pointer and element size, read once per call (the hot loop then does no
 // dtype lookups for addresses).
 struct raw_view {
@@ -37,15 +32,35 @@ struct raw_view {
   uint8_t* at(int64_t offset_elems) const { return data + offset_elems * elem_bytes; }
 };
 
-int64_t load_index(const tensor_view& v, int64_t i) {
-  const uint64_t bits = load_bits(v.type, byte_ptr(v, i * v.strides_elems[0]));
-  switch (v.type) {
-    case dtype::i32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
-    case dtype::i64: return static_cast<int64_t>(bits);
-    default:
-      throw error(fmt::format("reference: dtype {} is not an index dtype", dtype_name(v.type)));
+// An index vector (positions, slot_mapping: [n], i32 or i64) read in the hot loop: its dtype
+// is checked once here, so each element is one load and no call.
+struct index_reader {
+  const uint8_t* data;
+  int64_t stride_bytes;
+  bool i64;
+  explicit index_reader(const tensor_view& v)
+      : data(static_cast<const uint8_t*>(v.data)),
+        stride_bytes(v.strides_elems[0] * static_cast<int64_t>(dtype_size_bytes(v.type))),
+        i64(v.type == dtype::i64) {
+    switch (v.type) {
+      case dtype::i32:
+      case dtype::i64: break;
+      default:
+        throw error(fmt::format("reference: dtype {} is not an index dtype", dtype_name(v.type)));
+    }
   }
-}
+  int64_t operator[](int64_t i) const {
+    const uint8_t* p = data + i * stride_bytes;
+    if (i64) {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+};
 
 // Per-thread rows, sized once per call.
 struct scratch_rows {
@@ -69,10 +84,12 @@ struct output_rule {
   float scale;             // q_scale or k_scale
   float recip;             // fp32(1 / scale)
   overflow_mode overflow;  // saturate for fp8, ieee otherwise
+  int64_t elem_bytes;      // of `type`
 
   output_rule(dtype t, scale_conv c, float s)
       : type(t), fp8(dtype_is_fp8(t)), conv(c), scale(s), recip(1.0f / s),
-        overflow(dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee) {
+        overflow(dtype_is_fp8(t) ? overflow_mode::saturate : overflow_mode::ieee),
+        elem_bytes(static_cast<int64_t>(dtype_size_bytes(t))) {
     switch (c) {
       case scale_conv::divide:
       case scale_conv::reciprocal: break;
@@ -109,7 +126,7 @@ struct output_rule {
       for (int64_t d = 0; d < n; ++d) v[d] = static_cast<float>(x[d] * recip);  // fp32 multiply
     }
     encode_row_from_f64(type, v, s.codes.data(), n, overflow);  // one rounding of an fp32 value
-    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes());
+    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes);
   }
 
   // Rope row: rot holds the exact x*C + R(x)*S; scaled in double for fp8 (v / scale, or
@@ -127,10 +144,9 @@ struct output_rule {
       }
       encode_row_from_f64(type, v, s.codes.data(), n, overflow);
     }
-    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes());
+    copy_bytes_stream(s.codes.data(), dst, n * elem_bytes);
   }
 
-  int64_t elem_bytes() const { return static_cast<int64_t>(dtype_size_bytes(type)); }
 };
 
 // rope(x) for one row of Dr values: out[j] = x[j]*C + R(x[j])*S. The products of two fp32
@@ -184,6 +200,7 @@ void reference_run(const op_args& args) {
   const raw_view kv_c_raw(args.kv_c), k_pe_raw(args.k_pe);
   const raw_view nope_cache_raw(nope_cache), rope_cache_raw(rope_cache);
   const raw_view cos_sin_raw(args.cos_sin), cos_raw(args.cos), sin_raw(args.sin);
+  const index_reader positions(args.positions), slot_mapping(args.slot_mapping);
 
   // Reads the cos and sin halves of the table row of token t's position into s (kept while
   // the thread works on the same token).
@@ -192,7 +209,7 @@ void reference_run(const op_args& args) {
     s.table_token = t;
     float* cos_row = s.cos_row.data();
     float* sin_row = s.sin_row.data();
-    int64_t p = load_index(args.positions, t);
+    int64_t p = positions[t];
     if (opt.positions == pos_oob::clamp) p = std::clamp<int64_t>(p, 0, sz.table_rows - 1);
     if (table_one) {
       const tensor_view& tab = args.cos_sin;
@@ -213,7 +230,7 @@ void reference_run(const op_args& args) {
     for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b);  // 64-byte lines
   };
   auto prefetch_table_row = [&](int64_t t) {
-    const int64_t p = std::clamp<int64_t>(load_index(args.positions, t), 0, sz.table_rows - 1);
+    const int64_t p = std::clamp<int64_t>(positions[t], 0, sz.table_rows - 1);
     if (table_one) {
       prefetch_bytes(cos_sin_raw.at(p * args.cos_sin.strides_elems[0]), sz.dr * cos_sin_raw.elem_bytes);
     } else {
@@ -250,7 +267,7 @@ void reference_run(const op_args& args) {
     for (int64_t t = 0; t < ts; ++t) {
       for (int64_t j = 0; j <= sz.heads; ++j) {
         if (j == 0 && t + 1 < ts) prefetch_table_row(t + 1);
-        const int64_t slot = load_index(args.slot_mapping, t);
+        const int64_t slot = slot_mapping[t];
         const bool write_cache = slot >= 0;
         const bool compute_q = t < sz.tq && (write_cache || opt.padding == pad_q::computed);
 
