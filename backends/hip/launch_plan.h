@@ -331,9 +331,10 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));
     p.v4_nope_chunks = static_cast<int32_t>(s.dn / 8);
     p.v4_units = units;
-    // An fp8 entry: two groups (one nope chunk and 8 conversions per lane), so the conversion
-    // chain of the last entry is short; a 16-bit entry is a copy: one group.
-    int32_t kvs = rk_is_fp8(p.cache.dtype) ? 1 : 0;
+    // A cache entry's nope part: one group (two chunks per lane at Dn = 512). (Two or four
+    // groups were measured slower at 512 x 16 and 8192 x 16 with an fp8 cache on the H200 once
+    // the fp8 codes came two per instruction; docs/perf.md.)
+    int32_t kvs = 0;
     if (ov.v4_kv_split > 0) {
       kvs = 0;
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
