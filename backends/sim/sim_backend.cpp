@@ -6,40 +6,136 @@
 #include "backends/sim/sim_backend.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backends/hip/kernel.h"
 #include "backends/hip/launch_plan.h"
+#include "core/error.h"
 #include "core/validate.h"
 
 #ifndef ROPEKV_SIM
 #error "backends/sim must be compiled with ROPEKV_SIM defined"
 #endif
 
+// x86-64 without -mfma: a second copy of the grid loop for CPUs with FMA (sim_blocks_fma).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__FMA__)
+#define ROPEKV_SIM_FMA_CLONE 1
+#else
+#define ROPEKV_SIM_FMA_CLONE 0
+#endif
+
 namespace ropekv {
 namespace {
 
+// The kernel entries, as types: Kernel::run(p) is one (block, thread) execution of the body.
 template <class S>
-void sim_launch(const ropekv_gpu::rk_launch& l) {
-  if (l.empty) return;
+struct sim_fast4 {
+  static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
+    ropekv_gpu::rk_fast4_body<S>(p);
+  }
+};
+template <class S>
+struct sim_fast3 {
+  static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
+    ropekv_gpu::rk_fast3_body<S>(p);
+  }
+};
+struct sim_fused {
+  static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
+    ropekv_gpu::rk_fused_body(p);
+  }
+};
+
+// One OpenMP thread's share of the grid (an orphaned `omp for`: called inside the parallel
+// region): every thread of each of its blocks runs the body. The index variables are
+// thread_local (gpu_compat.h): blockIdx is set once per block, threadIdx once per kernel
+// thread. The body is inlined into the thread loop, on a copy of the parameters that nothing
+// else can reach (so the compiler need not reload its fields after every store the body makes).
+template <class Kernel>
+inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_launch& l) {
+  const ropekv_gpu::rk_params p = l.params;
   const int64_t blocks = static_cast<int64_t>(l.grid_x) * l.grid_y;
-  const ropekv_gpu::rk_params params = l.params;
-#pragma omp parallel for schedule(dynamic, 16)
+  const uint32_t grid_x = l.grid_x, block_threads = l.block_threads;
+#pragma omp for schedule(dynamic, 16) nowait
   for (int64_t b = 0; b < blocks; ++b) {
-    gridDim = {l.grid_x, l.grid_y, 1};
-    blockDim = {l.block_threads, 1, 1};
-    blockIdx = {static_cast<uint32_t>(b % l.grid_x), static_cast<uint32_t>(b / l.grid_x), 0};
-    for (uint32_t th = 0; th < l.block_threads; ++th) {
+    blockIdx = {static_cast<uint32_t>(b % grid_x), static_cast<uint32_t>(b / grid_x), 0};
+    for (uint32_t th = 0; th < block_threads; ++th) {
       threadIdx = {th, 0, 0};
-      if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
-        ropekv_gpu::rk_fast4_body<S>(params);
-      } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
-        ropekv_gpu::rk_fast3_body<S>(params);
-      } else {
-        ropekv_gpu::rk_fused_body(params);
-      }
+      Kernel::run(p);
     }
   }
+}
+
+template <class Kernel>
+void sim_blocks(const ropekv_gpu::rk_launch& l) {
+  sim_blocks_impl<Kernel>(l);
+}
+
+// The same code compiled for CPUs with an FMA unit: the kernel's fmaf (ROPEKV_FMAF, std::fmaf,
+// correctly rounded everywhere) becomes one instruction instead of a libm call. Nothing else
+// changes what is computed: the sim stays -ffp-contract=off, without -ffast-math, so every
+// other multiply and add is still its own IEEE operation.
+#if ROPEKV_SIM_FMA_CLONE
+template <class Kernel>
+__attribute__((target("fma"))) void sim_blocks_fma(const ropekv_gpu::rk_launch& l) {
+  sim_blocks_impl<Kernel>(l);
+}
+#endif
+
+// Runs Kernel::run once per (block, thread) of the launch's grid: OpenMP over blocks, the
+// threads of a block one after another (any order is valid: the kernel has no intra-block
+// cooperation).
+template <class Kernel>
+void sim_grid(const ropekv_gpu::rk_launch& l, bool fma) {
+#pragma omp parallel
+  {
+    gridDim = {l.grid_x, l.grid_y, 1};
+    blockDim = {l.block_threads, 1, 1};
+#if ROPEKV_SIM_FMA_CLONE
+    if (fma) {
+      sim_blocks_fma<Kernel>(l);
+    } else {
+      sim_blocks<Kernel>(l);
+    }
+#else
+    (void)fma;
+    sim_blocks<Kernel>(l);
+#endif
+  }
+}
+
+// fast_v3 / fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v3_visit).
+template <class S>
+void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma) {
+  switch (l.kernel) {
+    case ropekv_gpu::rk_kernel::fast4:
+      sim_grid<sim_fast4<S>>(l, fma);
+      break;
+    case ropekv_gpu::rk_kernel::fast3:
+      sim_grid<sim_fast3<S>>(l, fma);
+      break;
+    default:
+      throw error("sim_launch_fast: not a fast_v3/fast_v4 launch (rk_kernel " +
+                  std::to_string(static_cast<int>(l.kernel)) + ")");
+  }
+}
+
+// The general kernel (rk_fused_body: general path and fast_v2).
+void sim_launch_fused(const ropekv_gpu::rk_launch& l, bool fma) { sim_grid<sim_fused>(l, fma); }
+
+// Whether to run the FMA copy: the CPU has FMA, unless ROPEKV_SIM_FMA=0 asks for the portable
+// copy (to test it on an FMA machine; both compute the same bits).
+bool sim_use_fma() {
+  const char* env = std::getenv("ROPEKV_SIM_FMA");
+  if (env != nullptr && std::string(env) == "0") return false;
+#if defined(__FMA__)
+  return true;
+#elif ROPEKV_SIM_FMA_CLONE
+  return __builtin_cpu_supports("fma") != 0;
+#else
+  return false;
+#endif
 }
 
 class sim_backend final : public backend {
@@ -57,20 +153,29 @@ class sim_backend final : public backend {
 #if ROPEKV_MUTATION != 0
     variant_ += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
-    if (l.kernel == ropekv_gpu::rk_kernel::fast3 || l.kernel == ropekv_gpu::rk_kernel::fast4) {
-      // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit)
-      ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) { sim_launch<decltype(spec)>(l); });
-    } else {
-      sim_launch<ropekv_gpu::rk_v3_generic>(l);
+    if (l.empty) return;
+    switch (l.kernel) {
+      case ropekv_gpu::rk_kernel::fast3:
+      case ropekv_gpu::rk_kernel::fast4:
+        // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit)
+        ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, fma_); });
+        break;
+      case ropekv_gpu::rk_kernel::fused:
+        sim_launch_fused(l, fma_);
+        break;
+      default:
+        throw error("sim: unknown rk_kernel " + std::to_string(static_cast<int>(l.kernel)));
     }
   }
   std::string last_variant() const override { return variant_; }
   std::string device_description() const override {
-    return "sim: HIP kernel body on the CPU (OpenMP over blocks)";
+    return std::string("sim: HIP kernel body on the CPU (OpenMP over blocks; fmaf: ") +
+           (fma_ ? "FMA instruction)" : "libm)");
   }
 
  private:
   std::string variant_;
+  const bool fma_ = sim_use_fma();
 };
 
 }  // namespace
