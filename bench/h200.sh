@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue #6 on one NVIDIA H200, in one call (< 5 minutes): device correctness, then the bench
-# cases hot (fast_v3 = auto, fast_v2, general side by side), two cases cold, a small fast_v3
-# block-size sweep at decode sizes, and the nvcc resource report. Writes everything under $OUT (default
+# Issue #6 on one NVIDIA H200, in one call (< 5 minutes): a short device fuzz of the fast path,
+# then the bench cases hot (fast_v4 = auto, without PDL, fast_v3 side by side), two cases cold, a
+# small fast_v4 block-size sweep at decode sizes, and the nvcc resource report. Writes everything under $OUT (default
 # ./bench-out) and prints a short table against the issue #6 targets last.
 #
 # Needs the nvcc build (see docs/perf.md "Build"):
@@ -10,7 +10,7 @@
 # Override the binary with ROPEKV_BIN=path.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${ROPEKV_BIN:-$ROOT/build-perf3-nv/ropekv}
+BIN=${ROPEKV_BIN:-$ROOT/build-gpubin/ropekv}
 OUT=${OUT:-./bench-out}
 mkdir -p "$OUT"
 LOG="$OUT/h200.log"
@@ -37,17 +37,18 @@ command -v cuobjdump > /dev/null && cuobjdump --dump-sass "$BIN" 2> /dev/null \
 
 # 1. Correctness on the device: the kernel (fast and general paths as the plan picks them)
 #    against the reference, on the 2000-case stream.
-step fuzz 150 "$BIN" fuzz --backends ref,hip --cases 2000 --max-tokens 64 --json "$OUT/fuzz-ref-hip.json"
+step fuzz 150 "$BIN" fuzz --backends ref,hip --profile aligned16 --cases 2000 --max-tokens 64 --json "$OUT/fuzz-ref-hip.json"
 
-# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: v3 (auto: the specialised
-#    instantiation), v3generic (dtypes read at run time, the kernel before the templates), v2, general.
-step bench-hot 190 "$BIN" bench --backend hip --variant auto,v3generic,v2,general --mode copy,zero_copy \
-  --budget 0.15 --json "$OUT/bench-hot.json"
+# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: auto (fast_v4, specialised,
+#    with programmatic dependent launch), nopdl (the same kernel, plain launches), v3 (the previous
+#    kernel).
+step bench-hot 240 "$BIN" bench --backend hip --variant auto,nopdl,v3 --mode copy,zero_copy \
+  --budget 0.1 --json "$OUT/bench-hot.json"
 # 3. Cold (input sets rotated beyond L2), the plan's variant, two cases.
 step bench-cold 40 "$BIN" bench --backend hip --cold --variant auto --mode copy --cache bf16 \
   --case deepseek-v3:128 --case deepseek-v3:4096 --budget 0.15 --json "$OUT/bench-cold.json"
-# 4. fast_v3 block size at the decode sizes, bf16 cache.
-step bench-sweep 40 "$BIN" bench --backend hip --cache bf16 --mode copy --variant auto,bt=64,bt=128,bt=256 \
+# 4. fast_v4 groups per block at the decode sizes, bf16 cache.
+step bench-sweep 40 "$BIN" bench --backend hip --cache bf16 --mode copy --variant auto,gpb=2,gpb=4,gpb=8 \
   --case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:128 --case deepseek-v3-tp8:512 \
   --budget 0.1 --json "$OUT/bench-sweep.json"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #5 / #7 on one NVIDIA H200, in one call (< 9 minutes): ref vs hip over 20000 random cases
+# Issues #5 / #6 / #7 on one NVIDIA H200, in one call (< 6 minutes): ref vs hip over 20000 random cases
 # (8 shards in parallel, merged), ref vs hip over 10000 cases of the aligned16 profile (the fast paths), every golden case on hip, sim vs hip bit for bit over 5000
 # cases, compute-sanitizer memcheck (500 cases), racecheck and initcheck (100 cases each), and a
 # cache of more than 2^31 elements (real device allocation). Results under $OUT, a summary last.
@@ -38,16 +38,26 @@ for f in "$ROOT"/data/golden/*.safetensors; do
 done
 say "golden on hip: $((n - bad)) passed, $bad failed ($((SECONDS - t0)) s)"
 shards fuzz-sim-hip-bitwise 8 --backends sim,hip --bitwise --cases 5000 --seed 5005 --max-tokens 64
-for tool in memcheck:500 racecheck:100 initcheck:100; do
-  t=${tool%%:*}; c=${tool##*:}; t0=$SECONDS
+# fast_v4 bit for bit against its simulation (fp8 caches: the hardware pair conversion on the GPU,
+# the software encoder in the sim)
+shards fuzz-sim-hip-bitwise-aligned16 8 --backends sim,hip --bitwise --profile aligned16 --cases 4000 --seed 6006 --max-tokens 64
+for tool in memcheck:500:any racecheck:100:any initcheck:100:any memcheck:300:aligned16 racecheck:100:aligned16; do
+  IFS=: read -r t c prof <<< "$tool"; t0=$SECONDS
   compute-sanitizer --tool "$t" --print-limit 20 "$BIN" fuzz --backends ref,hip --cases "$c" --seed 77 \
-    --max-tokens 16 > "$W/sanitizer-$t.log" 2>&1
-  say "compute-sanitizer $t, $c cases: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/sanitizer-$t.log" | tail -1 | sed 's/=* *//'); fuzz: $(grep -E '^[0-9]+ passed' "$W/sanitizer-$t.log" | tail -1) ($((SECONDS - t0)) s)"
+    --max-tokens 16 --profile "$prof" > "$W/sanitizer-$t-$prof.log" 2>&1
+  say "compute-sanitizer $t, $c cases (profile $prof): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$W/sanitizer-$t-$prof.log" | tail -1 | sed 's/=* *//'); fuzz: $(grep -E '^[0-9]+ passed' "$W/sanitizer-$t-$prof.log" | tail -1) ($((SECONDS - t0)) s)"
 done
 # > 2^31 elements: bf16 joint cache [60000, 64, 576] = 2.2e9 elements; 256 random slots, so
 # most written entries lie past element 2^31.
 t0=$SECONDS
 "$BIN" fuzz --backends ref,hip --repro 'tq=64 ts=256 tk=256 h=16 nb=60000 bs=64 p=4096 seed=31' > "$W/large-cache.log" 2>&1
 say "large cache (60000 x 64 x 576 bf16 = 2211840000 elements): $(tail -1 "$W/large-cache.log") ($((SECONDS - t0)) s)"
+# fp8_encode.h's pair encoder (the hardware conversion here) against rk_encode_narrow, all 2^32
+# inputs per format (bench/h200_fp8x2_check.cu, built next to the binary when present)
+if [ -x "$(dirname "$BIN")/fp8x2_check" ]; then
+  t0=$SECONDS
+  "$(dirname "$BIN")/fp8x2_check" > "$W/fp8x2-check.log" 2>&1
+  say "fp8 pair encoder vs rk_encode_narrow: $(grep -c ': 0 mismatches' "$W/fp8x2-check.log") of 4 formats with 0 mismatches over all 2^32 inputs ($((SECONDS - t0)) s)"
+fi
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" work
 cat "$summary"
