@@ -59,5 +59,7 @@ if [ -x "$(dirname "$BIN")/fp8x2_check" ]; then
   "$(dirname "$BIN")/fp8x2_check" > "$W/fp8x2-check.log" 2>&1
   say "fp8 pair encoder vs rk_encode_narrow: $(grep -c ': 0 mismatches' "$W/fp8x2-check.log") of 4 formats with 0 mismatches over all 2^32 inputs ($((SECONDS - t0)) s)"
 fi
-tar -C "$OUT" -czf "$OUT/logs.tar.gz" work
+# every log in one archive, the work folder removed: the device tool returns a limited number of
+# files (the 2026-11-29 076ed91 run lost its JSON reports to that limit)
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" work && rm -rf "$W"
 cat "$summary"
