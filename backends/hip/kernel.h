@@ -928,10 +928,10 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // only. Groups, token-major (rk_fast4_body): a token's cache entry (its nope part split over
 // 2^kv_split_log2 groups, its rope units in part 0 or, with kv_rope_group, in a group of their
 // own after them), then its q rows (32 lanes per row, or with zero-copy concat, no nope chunks,
-// 2^q_lanes_log2 >= units lanes per row and several rows per group). Cache slice s takes chunks
-// s*32 + l, (s + split)*32 + l, ...; slice 0 does the rope units). The group index is split
-// into (token, group) by a host-computed multiply-high division (rk_div_u32). Same preconditions, same
-// conversions and rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
+// 2^q_lanes_log2 >= units lanes per row and several rows per group). Cache slice s takes nope
+// chunks s*32 + l, (s + split)*32 + l, ... The group index is split into (token, group) by a
+// host-computed multiply-high division (rk_div_u32). Same preconditions, same conversions and
+// rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
 // path; same behaviour for unchecked device values (an out-of-range position skips the rope
 // units, an out-of-range slot the cache entry).
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
