@@ -119,17 +119,22 @@ float decode_to_f32(dtype t, uint32_t bits) {
   return static_cast<float>(decode_to_f64(t, bits));  // exact: every format fits in binary32
 }
 
-uint32_t encode_from_f64(dtype t, double value, overflow_mode mode) {
-  const layout l = layout_of(t);
-  const float_format& f = *l.fmt;
+namespace {
+void check_overflow_mode(overflow_mode mode, const char* where) {
   switch (mode) {
     case overflow_mode::saturate:
     case overflow_mode::ieee:
-      break;
+      return;
     default:
-      throw error("encode_from_f64: invalid overflow_mode " +
-                  std::to_string(static_cast<int>(mode)));
+      throw error(std::string(where) + ": invalid overflow_mode " + std::to_string(static_cast<int>(mode)));
   }
+}
+}  // namespace
+
+uint32_t encode_from_f64(dtype t, double value, overflow_mode mode) {
+  const layout l = layout_of(t);
+  const float_format& f = *l.fmt;
+  check_overflow_mode(mode, "encode_from_f64");
   // f32, f16, bf16 always overflow the IEEE way (see convert.h).
   const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
   const bool negative = std::signbit(value);
@@ -331,26 +336,23 @@ ROPEKV_ROW_CLONES void encode_row_bf16(const double* src, uint8_t* out, int64_t 
 }  // namespace
 
 void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overflow_mode mode) {
-  switch (mode) {
-    case overflow_mode::saturate:
-    case overflow_mode::ieee:
-      break;
-    default:
-      throw error("encode_row_from_f64: invalid overflow_mode " +
-                  std::to_string(static_cast<int>(mode)));
-  }
+  check_overflow_mode(mode, "encode_row_from_f64");
   const layout l = layout_of(t);  // throws for non-float dtypes
   const float_format& f = *l.fmt;
-  const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
-  row_encode_consts k;
-  k.type = t;
-  k.mode = mode;
-  k.min_normal = f.min_normal;
-  k.rebias = static_cast<uint64_t>(1023 - f.bias) << f.man_bits;
-  k.max_bits = l.max_bits;
-  k.sign_bit = l.sign_bit;
-  k.overflow_pos = saturate ? l.max_bits : (f.has_inf ? inf_bits(l, false) : canonical_nan(l, false));
-  k.overflow_neg = saturate ? (l.sign_bit | l.max_bits) : (f.has_inf ? inf_bits(l, true) : canonical_nan(l, true));
+  // the general loop's constants (bf16 has its own loop and needs none)
+  const auto consts = [&] {
+    const bool saturate = mode == overflow_mode::saturate && dtype_is_fp8(t);
+    row_encode_consts k;
+    k.type = t;
+    k.mode = mode;
+    k.min_normal = f.min_normal;
+    k.rebias = static_cast<uint64_t>(1023 - f.bias) << f.man_bits;
+    k.max_bits = l.max_bits;
+    k.sign_bit = l.sign_bit;
+    k.overflow_pos = saturate ? l.max_bits : (f.has_inf ? inf_bits(l, false) : canonical_nan(l, false));
+    k.overflow_neg = saturate ? (l.sign_bit | l.max_bits) : (f.has_inf ? inf_bits(l, true) : canonical_nan(l, true));
+    return k;
+  };
   uint8_t* out = static_cast<uint8_t*>(dst);
   // One instantiation per (52 - man_bits, code width); checked against the format table.
   const auto check = [&](int man_bits, size_t bytes) {
@@ -359,13 +361,13 @@ void encode_row_from_f64(dtype t, const double* src, void* dst, int64_t n, overf
     }
   };
   switch (t) {
-    case dtype::f32: check(23, 4); return encode_row_loop<52 - 23, uint32_t>(k, src, out, n);
-    case dtype::f16: check(10, 2); return encode_row_loop<52 - 10, uint16_t>(k, src, out, n);
+    case dtype::f32: check(23, 4); return encode_row_loop<52 - 23, uint32_t>(consts(), src, out, n);
+    case dtype::f16: check(10, 2); return encode_row_loop<52 - 10, uint16_t>(consts(), src, out, n);
     case dtype::bf16: check(7, 2); return encode_row_bf16(src, out, n);
     case dtype::fp8_e4m3fn:
-    case dtype::fp8_e4m3fnuz: check(3, 1); return encode_row_loop<52 - 3, uint8_t>(k, src, out, n);
+    case dtype::fp8_e4m3fnuz: check(3, 1); return encode_row_loop<52 - 3, uint8_t>(consts(), src, out, n);
     case dtype::fp8_e5m2:
-    case dtype::fp8_e5m2fnuz: check(2, 1); return encode_row_loop<52 - 2, uint8_t>(k, src, out, n);
+    case dtype::fp8_e5m2fnuz: check(2, 1); return encode_row_loop<52 - 2, uint8_t>(consts(), src, out, n);
     case dtype::i32:
     case dtype::i64:
     case dtype::u8: break;  // layout_of threw already

@@ -44,25 +44,6 @@ constexpr int32_t rk_fp8_e4m3fnuz = 4;
 constexpr int32_t rk_fp8_e5m2 = 5;
 constexpr int32_t rk_fp8_e5m2fnuz = 6;
 
-ROPEKV_HOST_DEVICE uint32_t rk_fpenc_f32_bits(float v) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __float_as_uint(v);
-#else
-  uint32_t b;
-  __builtin_memcpy(&b, &v, 4);
-  return b;
-#endif
-}
-ROPEKV_HOST_DEVICE float rk_fpenc_bits_f32(uint32_t b) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __uint_as_float(b);
-#else
-  float v;
-  __builtin_memcpy(&v, &b, 4);
-  return v;
-#endif
-}
-
 // Layout of one fp8 format, at compile time.
 template <int32_t C>
 struct rk_fp8_traits;
@@ -105,8 +86,8 @@ ROPEKV_HOST_DEVICE uint32_t rk_fpenc_round_mag(uint32_t mag) {
   const uint32_t normal_code = (mag + add + ((mag >> shift) & 1u)) >> shift;
   // Subnormal path: magic add 2^k, k = 24 - bias - man_bits (ulp of 2^k = smallest subnormal).
   constexpr uint32_t magic_bits = static_cast<uint32_t>(127 + 24 - bias - man_bits) << 23;
-  const float sum = rk_fpenc_bits_f32(mag) + rk_fpenc_bits_f32(magic_bits);
-  const uint32_t sub_code = rk_fpenc_f32_bits(sum) - magic_bits;
+  const float sum = rk_bits_f32(mag) + rk_bits_f32(magic_bits);
+  const uint32_t sub_code = rk_f32_bits(sum) - magic_bits;
   constexpr uint32_t min_normal_bits = static_cast<uint32_t>(128 - bias) << 23;  // 2^(1-bias)
   return mag < min_normal_bits ? sub_code : normal_code;
 }
@@ -116,7 +97,7 @@ ROPEKV_HOST_DEVICE uint32_t rk_fpenc_round_mag(uint32_t mag) {
 template <int32_t C>
 ROPEKV_HOST_DEVICE uint32_t rk_encode_fp8_sat(float v) {
   using tr = rk_fp8_traits<C>;
-  const uint32_t bits = rk_fpenc_f32_bits(v);
+  const uint32_t bits = rk_f32_bits(v);
   const uint32_t mag = bits & 0x7fffffffu;
   uint32_t code = rk_fpenc_round_mag<tr::man_bits, tr::bias>(mag);
   code = code < tr::max_code ? code : tr::max_code;
@@ -150,7 +131,7 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_fp8x2_sat(float lo, float hi) {
 
 // f32 -> f16 bits, RNE, overflow and +-inf -> +-inf, NaN -> 0x7e00 with the sign kept.
 ROPEKV_HOST_DEVICE uint32_t rk_encode_f16_fast(float v) {
-  const uint32_t bits = rk_fpenc_f32_bits(v);
+  const uint32_t bits = rk_f32_bits(v);
   const uint32_t mag = bits & 0x7fffffffu;
   uint32_t code = rk_fpenc_round_mag<10, 15>(mag);
   code = code < 0x7c00u ? code : 0x7c00u;  // any code past the max finite 0x7bff is inf

@@ -196,3 +196,24 @@ inline hipError_t rk_launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 bl
 #endif
 }
 #endif
+
+// fp32 <-> its bits, host and device alike (both compilers' intrinsics on a device pass, a
+// memcpy on the host and in the sim). kernel.h and fp8_encode.h use these.
+ROPEKV_HOST_DEVICE uint32_t rk_f32_bits(float v) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __float_as_uint(v);
+#else
+  uint32_t b;
+  __builtin_memcpy(&b, &v, 4);
+  return b;
+#endif
+}
+ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __uint_as_float(b);
+#else
+  float v;
+  __builtin_memcpy(&v, &b, 4);
+  return v;
+#endif
+}

@@ -19,6 +19,9 @@ namespace ropekv_gpu {
 __global__ void __launch_bounds__(rk_max_block_threads) rk_fused_kernel(rk_params p) {
   rk_fused_body(p);
 }
+// The plan asks for programmatic dependent launch (fast_v4); the device decides whether it has it.
+inline bool rk_launch_uses_pdl(const rk_launch& l) { return l.pdl && rk_pdl_supported(); }
+
 // One kernel per fast_v3 instantiation (launch_plan.h rk_v3_visit picks it on the host).
 template <class S>
 __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<S>) rk_fast3_kernel(rk_params p) {
@@ -30,7 +33,8 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // early, and wait for the previous one before touching memory.
 // fp8-cache gptj instantiations: at most 48 registers (5 blocks of 256), as the 16-bit ones
 // need by themselves (45): their natural 54 would cost every q row of the grid a tenth of its
-// occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md).
+// occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md). At 48,
+// bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
 template <class S>
 inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? 5 : 1;
 template <class S>
@@ -153,7 +157,7 @@ std::unique_ptr<backend> make_hip_backend() {
 std::string hip_variant(const op_args& args) {
   const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(args);
   std::string v = l.variant;
-  if (l.pdl && rk_pdl_supported()) v += "+pdl";
+  if (ropekv_gpu::rk_launch_uses_pdl(l)) v += "+pdl";
 #if ROPEKV_MUTATION != 0
   v += "+mutation" + std::to_string(ROPEKV_MUTATION);
 #endif
@@ -166,7 +170,7 @@ void hip_launch(const op_args& device_args, void* stream) {
   if (!why.empty()) throw unsupported_error(why);
   ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(device_args);
   if (l.empty) return;
-  l.pdl = l.pdl && rk_pdl_supported();
+  l.pdl = ropekv_gpu::rk_launch_uses_pdl(l);
   const dim3 grid(l.grid_x, l.grid_y, 1);
   const dim3 block(l.block_threads, 1, 1);
   const hipStream_t s = static_cast<hipStream_t>(stream);

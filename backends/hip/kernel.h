@@ -56,25 +56,6 @@ ROPEKV_HOST_DEVICE int rk_size_bytes(int32_t t) {
 }
 ROPEKV_HOST_DEVICE bool rk_is_fp8(int32_t t) { return t >= rk_e4m3fn; }
 
-ROPEKV_HOST_DEVICE uint32_t rk_f32_bits(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(v);
-#else
-  uint32_t b;
-  __builtin_memcpy(&b, &v, 4);
-  return b;
-#endif
-}
-ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float v;
-  __builtin_memcpy(&v, &b, 4);
-  return v;
-#endif
-}
-
 // ------------------------------------------------------------------ conversions (bit ops only)
 // Layout of the narrow formats: exponent bits, mantissa bits, bias.
 struct rk_format {
@@ -770,9 +751,12 @@ ROPEKV_DEVICE void rk_v3_rope(bool neox, int32_t t, const uint32_t* wa, const ui
   }
 }
 
-ROPEKV_DEVICE void rk_v3_load_cos_sin(int32_t tt, bool neox, const char* cos_row, const char* sin_row,
-                                      int32_t unit, float* cs, float* sn) {
+// The cos and sin values of rope unit `unit` from table row pos (4 each gptj, 8 neox).
+ROPEKV_DEVICE void rk_load_cos_sin_unit(const rk_params& p, int32_t tt, bool neox, int64_t pos,
+                                        int32_t unit, float* cs, float* sn) {
   const int tab_sz = rk_size_bytes(tt);
+  const char* cos_row = p.cos + pos * p.cos_s0 * tab_sz;
+  const char* sin_row = p.sin + pos * p.sin_s0 * tab_sz;
   const int per = neox ? 8 : 4;
   const int64_t off = static_cast<int64_t>(unit) * per * tab_sz;
   rk_load_table4(tt, cos_row + off, cs);
@@ -781,6 +765,51 @@ ROPEKV_DEVICE void rk_v3_load_cos_sin(int32_t tt, bool neox, const char* cos_row
     rk_load_table4(tt, cos_row + off + 4 * tab_sz, cs + 4);
     rk_load_table4(tt, sin_row + off + 4 * tab_sz, sn + 4);
   }
+}
+
+// A rotated rope unit into a q_out row's rope part out_pe (16-bit qt): gptj one 16-byte store,
+// neox one in each half (half_bytes = Dr/2 elements further).
+ROPEKV_DEVICE void rk_store_q_rope_unit(int32_t qt, bool neox, char* out_pe, int64_t half_bytes,
+                                        int32_t unit, const float* ra, const float* rb) {
+  uint32_t o[4] = {0u, 0u, 0u, 0u};
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
+  rk_store_words(out_pe + unit * 16, 16, o);
+  if (neox) {
+    uint32_t ob[4] = {0u, 0u, 0u, 0u};
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
+    rk_store_words(out_pe + half_bytes + unit * 16, 16, ob);
+  }
+}
+
+// A rotated rope unit into the rope part of cache entry `slot` (dtype ct, k_scale for fp8).
+ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, int32_t ct, bool neox, int64_t slot,
+                                            int32_t unit, const float* ra, const float* rb) {
+  const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
+  char* dst = p.cache.entry(p.cache.rope, slot);
+  uint32_t o[4];
+  rk_pack8(ra, p, ct, o);
+  rk_store_words(dst + static_cast<int64_t>(unit) * c_bytes8, c_bytes8, o);
+  if (neox) {
+    rk_pack8(rb, p, ct, o);
+    rk_store_words(dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(unit) * c_bytes8, c_bytes8, o);
+  }
+}
+
+// 8 kv nope elements (one 16-byte chunk, kt) into the cache dtype ct: 16 bytes (same 16-bit
+// dtype, NaN canonicalised) or 8 bytes (fp8, k_scale applied); returns the bytes to store from w.
+// With kt = ct = q's dtype it is also the q nope chunk (the canonicalisation only).
+ROPEKV_DEVICE int rk_cache_chunk8(const rk_params& p, int32_t kt, int32_t ct, uint32_t* w) {
+  if (!rk_is_fp8(ct)) {
+    rk_canon_nan16x8(w, ct);
+    return 16;
+  }
+  float v[8];
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) v[m] = rk_decode(kt, rk_lane16(w, m));
+  rk_fp8_pack8_k(v, p, ct, w);
+  return 8;
 }
 
 // Whether nope chunk j of a row of `chunks` chunks is written (mutation 3: the last one is not).
@@ -794,16 +823,18 @@ ROPEKV_DEVICE bool rk_v3_nope_written(int32_t j, int32_t chunks) {
 #endif
 }
 
-// The position of token t for its rope chunks; false: write nothing (unchecked device value
-// out of range in error mode).
-ROPEKV_DEVICE bool rk_v3_position(const rk_params& p, int64_t t, int64_t* pos_out) {
-  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
-  if (pos < 0 || pos >= p.table_rows) {
-    if (!p.pos_clamp) return false;
-    pos = pos < 0 ? 0 : p.table_rows - 1;
-  }
-  *pos_out = pos;
+// A loaded position, clamped (pos_oob = clamp) or refused (false: error mode, an unchecked
+// device value out of range: write nothing for it).
+ROPEKV_DEVICE bool rk_position_ok(const rk_params& p, int64_t* pos) {
+  if (*pos >= 0 && *pos < p.table_rows) return true;
+  if (!p.pos_clamp) return false;
+  *pos = *pos < 0 ? 0 : p.table_rows - 1;
   return true;
+}
+// The position of token t for its rope chunks, loaded and checked (rk_position_ok).
+ROPEKV_DEVICE bool rk_v3_position(const rk_params& p, int64_t t, int64_t* pos_out) {
+  *pos_out = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
+  return rk_position_ok(p, pos_out);
 }
 
 // One thread of fast_v3: chunk c of token t. Chunk order (warp-uniform kinds):
@@ -832,8 +863,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
     if (!rk_v3_nope_written(j, p.v3_q_nope_cpr)) return;
     uint32_t w[4];
     rk_load_words(p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2 + j * 16, 16, w);
-    ROPEKV_UNROLL
-    for (int i = 0; i < 4; ++i) w[i] = rk_canon_nan16x2(w[i], qt);
+    rk_canon_nan16x8(w, qt);
     rk_store_words(p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + j * 16, 16, w);
     return;
   }
@@ -850,44 +880,20 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
     const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;
     rk_load_words(pe_row + u * 16, 16, wa);
     if (neox) rk_load_words(pe_row + half_bytes + u * 16, 16, wb);
-    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
-    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
-    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, u, cs, sn);
+    rk_load_cos_sin_unit(p, tt, neox, pos, u, cs, sn);
     rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-    char* out_pe = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + p.dn * 2;
-    uint32_t o[4] = {0u, 0u, 0u, 0u};
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
-    rk_store_words(out_pe + u * 16, 16, o);
-    if (neox) {
-      uint32_t ob[4] = {0u, 0u, 0u, 0u};
-      ROPEKV_UNROLL
-      for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
-      rk_store_words(out_pe + half_bytes + u * 16, 16, ob);
-    }
+    rk_store_q_rope_unit(qt, neox, p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + p.dn * 2,
+                         half_bytes, u, ra, rb);
     return;
   }
   // the cache entry of token t
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
   const int32_t j = c - p.v3_q_chunks;
-  const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
   if (j < p.v3_cache_nope_cpr) {
     if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
     rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
-    char* dst = p.cache.entry(p.cache.nope, slot) + static_cast<int64_t>(j) * c_bytes8;
-    if (rk_is_fp8(ct)) {
-      uint32_t o[2] = {0u, 0u};
-      ROPEKV_UNROLL
-      for (int m = 0; m < 8; ++m) {
-        const float v = rk_decode(kt, rk_lane16(wa, m));
-        o[m >> 2] |= (rk_to_output(v, ct, p.k_mul, p.k_scale, p.k_inv_scale) & 0xffu) << (8 * (m & 3));
-      }
-      rk_store_words(dst, 8, o);
-    } else {
-      ROPEKV_UNROLL
-      for (int i = 0; i < 4; ++i) wa[i] = rk_canon_nan16x2(wa[i], ct);
-      rk_store_words(dst, 16, wa);
-    }
+    char* dst = p.cache.entry(p.cache.nope, slot) + static_cast<int64_t>(j) * 8 * rk_size_bytes(ct);
+    rk_store_words(dst, rk_cache_chunk8(p, kt, ct, wa), wa);
     return;
   }
   if (!rk_v3_position(p, t, &pos)) return;
@@ -895,18 +901,9 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
   const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;
   rk_load_words(kpe_row + u * 16, 16, wa);
   if (neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
-  const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
-  const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
-  rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, u, cs, sn);
+  rk_load_cos_sin_unit(p, tt, neox, pos, u, cs, sn);
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  char* dst = p.cache.entry(p.cache.rope, slot);
-  uint32_t o[4];
-  rk_pack8(ra, p, ct, o);
-  rk_store_words(dst + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
-  if (neox) {
-    rk_pack8(rb, p, ct, o);
-    rk_store_words(dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(u) * c_bytes8, c_bytes8, o);
-  }
+  rk_store_cache_rope_unit(p, ct, neox, slot, u, ra, rb);
 }
 
 // The fast_v3 kernel body: grid.x * blockDim.x >= chunks of one token, grid.y strides tokens.
@@ -935,14 +932,9 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // path; same behaviour for unchecked device values (an out-of-range position skips the rope
 // units, an out-of-range slot the cache entry).
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
-
-// A loaded position, clamped (pos_oob = clamp) or refused (error mode, unchecked device value).
-ROPEKV_DEVICE bool rk_v4_position_ok(const rk_params& p, int64_t* pos) {
-  if (*pos >= 0 && *pos < p.table_rows) return true;
-  if (!p.pos_clamp) return false;
-  *pos = *pos < 0 ? 0 : p.table_rows - 1;
-  return true;
-}
+// (The batch loops of rk_v4_q_row / rk_v4_kv_row are written out in place: moved into shared
+// load/store helpers they cost the fp8-cache instantiations a 4-8 byte register spill under
+// their 48-register cap, nvcc 13.0 sm_90a, so they stay as measured on the H200.)
 
 template <class S>
 ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
@@ -971,12 +963,10 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     if (j < nc) rk_load_words(nope_row + static_cast<int64_t>(j) * 16, 16, w[k]);
   }
   if (slot < 0) return;  // padding token, pad_q = skipped: q_out row left as it was
-  const bool pos_ok = rope_lane && rk_v4_position_ok(p, &pos);
+  const bool pos_ok = rope_lane && rk_position_ok(p, &pos);
   float cs[8], sn[8];
   if (pos_ok) {
-    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
-    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
-    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
+    rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
   }
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
@@ -1004,31 +994,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-  char* out_pe = out_row + p.dn * 2;
-  uint32_t o[4] = {0u, 0u, 0u, 0u};
-  ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
-  rk_store_words(out_pe + lane * 16, 16, o);
-  if (neox) {
-    uint32_t ob[4] = {0u, 0u, 0u, 0u};
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
-    rk_store_words(out_pe + p.dr + lane * 16, 16, ob);
-  }
-}
-
-// 8 kv nope elements (one 16-byte chunk) into the cache dtype: 16 bytes (same 16-bit dtype,
-// NaN canonicalised) or 8 bytes (fp8, scaled); returns the bytes to store from w.
-ROPEKV_DEVICE int rk_v4_cache_chunk(const rk_params& p, int32_t kt, int32_t ct, uint32_t* w) {
-  if (!rk_is_fp8(ct)) {
-    rk_canon_nan16x8(w, ct);
-    return 16;
-  }
-  float v[8];
-  ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) v[m] = rk_decode(kt, rk_lane16(w, m));
-  rk_fp8_pack8_k(v, p, ct, w);
-  return 8;
+  rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
 }
 
 template <class S>
@@ -1058,12 +1024,10 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     if (j < nc) rk_load_words(kv_row + static_cast<int64_t>(j) * 16, 16, w[k]);
   }
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
-  const bool pos_ok = rope_lane && rk_v4_position_ok(p, &pos);
+  const bool pos_ok = rope_lane && rk_position_ok(p, &pos);
   float cs[8], sn[8];
   if (pos_ok) {
-    const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(tt);
-    const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(tt);
-    rk_v3_load_cos_sin(tt, neox, cos_row, sin_row, lane, cs, sn);
+    rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
   }
   char* nope_dst = p.cache.entry(p.cache.nope, slot);
   const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
@@ -1071,7 +1035,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = (k * split + part) * 32 + lane;
     if (j < nc && rk_v3_nope_written(j, nc)) {
-      const int bytes = rk_v4_cache_chunk(p, kt, ct, w[k]);
+      const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
       rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
     }
   }
@@ -1085,7 +1049,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * split * 32;
       if (j < nc && rk_v3_nope_written(j, nc)) {
-        const int bytes = rk_v4_cache_chunk(p, kt, ct, w[k]);
+        const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
         rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
       }
     }
@@ -1093,14 +1057,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  char* rope_dst = p.cache.entry(p.cache.rope, slot);
-  uint32_t o[4];
-  rk_pack8(ra, p, ct, o);
-  rk_store_words(rope_dst + static_cast<int64_t>(lane) * c_bytes8, c_bytes8, o);
-  if (neox) {
-    rk_pack8(rb, p, ct, o);
-    rk_store_words(rope_dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(lane) * c_bytes8, c_bytes8, o);
-  }
+  rk_store_cache_rope_unit(p, ct, neox, slot, lane, ra, rb);
 }
 
 // The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its

@@ -363,7 +363,6 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     while (wpb > 1 && groups / wpb < 132) wpb /= 2;
     if (ov.v4_groups_per_block > 0) wpb = std::min<int64_t>(ov.v4_groups_per_block, rk_max_block_threads / 32);
     while (wpb < 8 && (groups + wpb - 1) / wpb > rk_max_grid_x) wpb *= 2;
-    p.heads_per_block = s.heads;
     l.kernel = rk_kernel::fast4;
     l.pdl = !ov.no_pdl;
     l.block_threads = static_cast<uint32_t>(32 * wpb);
@@ -383,7 +382,6 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.v3_q_chunks = static_cast<int32_t>(s.heads) * p.v3_q_cpr;
     p.v3_q_nope_chunks = static_cast<int32_t>(s.heads) * p.v3_q_nope_cpr;
     p.v3_token_chunks = p.v3_q_chunks + p.v3_cache_nope_cpr + units;
-    p.heads_per_block = s.heads;
     // 256 threads per block, 128 when that leaves fewer than 2 blocks per SM of an H200
     const int64_t chunks = s.ts * static_cast<int64_t>(p.v3_token_chunks);
     int64_t threads = chunks / 256 < 2 * 132 ? 128 : 256;

@@ -566,6 +566,14 @@ std::vector<uint32_t> row_test_codes(dtype t) {
   return codes;
 }
 
+// The codes as a row of elements of t (little-endian, dtype_size_bytes(t) each).
+std::vector<uint8_t> row_of_codes(dtype t, const std::vector<uint32_t>& codes) {
+  const size_t es = dtype_size_bytes(t);
+  std::vector<uint8_t> row(codes.size() * es);
+  for (size_t i = 0; i < codes.size(); ++i) store_bits(t, row.data() + i * es, codes[i]);
+  return row;
+}
+
 // Doubles that probe encode: for every pair of neighbouring finite codes (f32: of the sampled
 // codes and their next code) the lower value, the midpoint and its double and float neighbours
 // and values a hair off it, both signs; specials; random doubles over the format's range +-8
@@ -738,8 +746,7 @@ TEST_CASE("conv rows: recode_row_same_dtype is round(fp32(x)) into x's dtype, co
     const std::vector<uint32_t> codes = row_test_codes(t);
     const size_t es = dtype_size_bytes(t);
     const int64_t n = static_cast<int64_t>(codes.size());
-    std::vector<uint8_t> src(codes.size() * es);
-    for (size_t i = 0; i < codes.size(); ++i) store_bits(t, src.data() + i * es, codes[i]);
+    const std::vector<uint8_t> src = row_of_codes(t, codes);
     std::vector<uint8_t> copied(src.size() + es, 0x5a), in_place = src;
     recode_row_same_dtype(t, src.data(), copied.data(), n);
     recode_row_same_dtype(t, in_place.data(), in_place.data(), n);
@@ -770,8 +777,7 @@ TEST_CASE("conv rows: recode_row_same_dtype_stream equals recode_row_same_dtype 
     const std::vector<uint32_t> codes = row_test_codes(t);
     const size_t es = dtype_size_bytes(t);
     const int64_t n = static_cast<int64_t>(codes.size());
-    std::vector<uint8_t> src(codes.size() * es);
-    for (size_t i = 0; i < codes.size(); ++i) store_bits(t, src.data() + i * es, codes[i]);
+    const std::vector<uint8_t> src = row_of_codes(t, codes);
     std::vector<uint8_t> want(src.size());
     recode_row_same_dtype(t, src.data(), want.data(), n);
     // Every destination misalignment to 16 bytes (the unaligned head), source offsets, and

@@ -61,6 +61,14 @@ void rotate_90_everywhere(hand_case& c) {
   }
 }
 
+// reference_run with `threads` OpenMP threads, the process setting restored after.
+void reference_run_on_threads(const op_args& a, int threads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  reference_run(a);
+  omp_set_num_threads(saved);
+}
+
 }  // namespace
 
 TEST_CASE("reference: gptj pairs (2i, 2i+1), joint nope_first") {
@@ -503,10 +511,7 @@ TEST_CASE("reference: many tokens, 1 to 3 threads, bf16 -> bf16 and fp8: every e
       a.options.style = out == dtype::bf16 ? rope_style::gptj : rope_style::neox;
       a.options.scale = scale_conv::reciprocal;
       a.options.padding = pad_q::skipped;
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(threads);
-      reference_run(a);
-      omp_set_num_threads(saved);
+      reference_run_on_threads(a, threads);
       q_outs.push_back(q_out);
       caches.push_back(cache);
     }
@@ -642,10 +647,7 @@ TEST_CASE("reference: streamed output rows at every alignment (padded q_out and 
         a.cache = make_view(t16, cache, {nb, bs, Dn + Dr}, {bs * entry, entry, 1});
         a.options.style = rope_style::gptj;
         a.options.padding = pad_q::computed;
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        reference_run(a);
-        omp_set_num_threads(saved);
+        reference_run_on_threads(a, threads);
 
         // SPEC.md one element at a time: nope round(fp32(x)) (NaN -> canonical NaN of its sign),
         // rope the exact x*C + R(x)*S rounded once (inputs have no NaN: bit-exact).
