@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -130,27 +131,85 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   return out;
 }
 
-// Parallel memcpy with the current OpenMP thread count: GB/s counting read + write.
-double memcpy_gbps(int64_t bytes, double budget_s) {
-  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
-  auto once = [&] {
+// The CPU copy reference: the fastest copy this machine gives in this run, with the current
+// OpenMP thread count (each thread copies its contiguous share), GB/s counting read + write.
+// Two methods: std::memcpy (glibc picks its own loop by size) and core's copy_bytes_stream
+// (64-byte streaming stores where the CPU has AVX-512, else 16-byte; the stores the reference
+// itself uses). Each is measured before and after the op timings (measure(), called twice);
+// each measurement is the median of its repetitions, and the denominator is the largest
+// median (a faster denominator makes the % of copy smaller: the honest direction). On this
+// project's 2-core VM the same 1 GiB memcpy measured 52-54 GB/s in some runs and 71-73 GB/s
+// in others minutes apart (same binary, same buffer alignment: the host's state, not the
+// copy), and the streaming copy 5-15% above memcpy in both states; see docs/perf.md.
+struct cpu_copy_meter {
+  struct method {
+    const char* kind;
+    void (*copy)(const char* src, char* dst, int64_t bytes);
+  };
+  static void with_memcpy(const char* src, char* dst, int64_t bytes) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  static void with_streaming_stores(const char* src, char* dst, int64_t bytes) {
+    copy_bytes_stream(src, dst, bytes);
+    stream_store_fence();
+  }
+  static constexpr method methods[2] = {
+      {"std::memcpy", with_memcpy},
+      {"streaming-store copy (core copy_bytes_stream: 64-byte non-temporal stores with AVX-512)",
+       with_streaming_stores}};
+
+  int64_t bytes;
+  std::unique_ptr<char[]> src, dst;  // 64-byte aligned views below
+  char* src64 = nullptr;
+  char* dst64 = nullptr;
+  double best_gbps = 0;
+  std::string best_kind;
+  nlohmann::json runs = nlohmann::json::array();
+
+  explicit cpu_copy_meter(int64_t b) : bytes(b), src(new char[static_cast<size_t>(b) + 64]), dst(new char[static_cast<size_t>(b) + 64]) {
+    src64 = src.get() + ((64 - (reinterpret_cast<uintptr_t>(src.get()) & 63u)) & 63u);
+    dst64 = dst.get() + ((64 - (reinterpret_cast<uintptr_t>(dst.get()) & 63u)) & 63u);
+    // first touch by the threads that copy each share (pages of a share stay with its thread)
 #pragma omp parallel
     {
       const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
       const int64_t lo = bytes * i / n, hi = bytes * (i + 1) / n;
-      std::memcpy(dst.data() + lo, src.data() + lo, static_cast<size_t>(hi - lo));
+      std::memset(src64 + lo, 1, static_cast<size_t>(hi - lo));
+      std::memset(dst64 + lo, 0, static_cast<size_t>(hi - lo));
     }
-  };
-  once();
-  std::vector<double> s;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (s.size() < 5 || (s.size() < 50 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget_s)) {
-    const auto a = std::chrono::steady_clock::now();
-    once();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
   }
-  return 2.0 * static_cast<double>(bytes) / median_of(s) / 1e9;
-}
+
+  void once(const method& m) {
+#pragma omp parallel
+    {
+      const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+      const int64_t lo = bytes * i / n, hi = bytes * (i + 1) / n;
+      m.copy(src64 + lo, dst64 + lo, hi - lo);
+    }
+  }
+
+  // Every method, budget_s each: a warm-up, then 5..50 repetitions; keeps the best median.
+  void measure(const char* phase, double budget_s) {
+    for (const method& m : methods) {
+      once(m);
+      std::vector<double> s;
+      const auto t0 = std::chrono::steady_clock::now();
+      while (s.size() < 5 || (s.size() < 50 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget_s)) {
+        const auto a = std::chrono::steady_clock::now();
+        once(m);
+        s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+      }
+      const double gbps = 2.0 * static_cast<double>(bytes) / median_of(s) / 1e9;
+      const double gbps_best_rep = 2.0 * static_cast<double>(bytes) / *std::min_element(s.begin(), s.end()) / 1e9;
+      runs.push_back({{"kind", m.kind}, {"phase", phase}, {"reps", s.size()}, {"gbps_median", gbps},
+                      {"gbps_best_rep", gbps_best_rep}});
+      if (gbps > best_gbps) {
+        best_gbps = gbps;
+        best_kind = m.kind;
+      }
+    }
+  }
+};
 
 struct timing {
   double us_median = 0, us_min = 0, us_max = 0;
@@ -311,6 +370,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   // The copy reference, measured in the same run.
   const int64_t copy_bytes = o.copy_mb << 20;
   double copy_gbps = 0;
+  std::unique_ptr<cpu_copy_meter> cpu_copy;  // CPU backends
   if (gpu) {
 #if defined(ROPEKV_HAVE_HIP)
     const std::string why = hip_unavailable_reason();
@@ -335,15 +395,22 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        c.gbps, k.gbps);
 #endif
   } else {
-    copy_gbps = memcpy_gbps(copy_bytes, 2 * o.budget_s);
-    j["copy"] = {{"kind", fmt::format("memcpy, {} OpenMP threads", o.threads)}, {"bytes_each_way", copy_bytes},
-                 {"gbps_read_plus_write", copy_gbps}};
+    cpu_copy = std::make_unique<cpu_copy_meter>(copy_bytes);
+    cpu_copy->measure("before", o.budget_s);  // and again after the op timings, below
+    copy_gbps = cpu_copy->best_gbps;
   }
   out << fmt::format("ropekv bench: backend {} ({}), copy {:.1f} GB/s (read + write, {} MiB)\n", bname,
                      be->device_description(), copy_gbps, o.copy_mb);
 
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::string> rows;
+  const auto row_text = [](const nlohmann::json& r) {
+    return fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>6.1f}",
+                       r["case"].get<std::string>(), r["mode"].get<std::string>(),
+                       r["variant_request"].get<std::string>(), r["variant"].get<std::string>(),
+                       r["us_median"].get<double>(), r["bytes_total"].get<double>() / 1e6,
+                       r["floor_us"].get<double>(), r["gbps"].get<double>(), r["pct_of_copy"].get<double>());
+  };
   for (const bench_case& bc : build_cases(o, gpu)) {
     case_data base = make_case(bc.prob);
     for (const std::string& mode : modes) {
@@ -387,11 +454,29 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                            {"bytes_total", bytes.total()}, {"gbps", gbps}, {"pct_of_copy", pct},
                            {"floor_us", floor_us}, {"calls_per_graph", t.calls_per_graph},
                            {"replays", t.replays}, {"input_sets", t.input_sets}, {"cold", o.cold}});
-        rows.push_back(fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>6.1f}",
-                                   bc.name, mode, v, t.variant, t.us_median, static_cast<double>(bytes.total()) / 1e6,
-                                   floor_us, gbps, pct));
+        rows.push_back(row_text(results.back()));
       }
     }
+  }
+  if (cpu_copy) {  // the copies again, after the op timings; the denominator is the best median
+    cpu_copy->measure("after", o.budget_s);
+    copy_gbps = cpu_copy->best_gbps;
+    rows.clear();
+    for (nlohmann::json& r : results) {
+      r["floor_us"] = r["bytes_total"].get<double>() / (copy_gbps * 1e9) * 1e6;
+      r["pct_of_copy"] = 100.0 * r["gbps"].get<double>() / copy_gbps;
+      rows.push_back(row_text(r));
+    }
+    j["copy"] = {{"kind", fmt::format("{}, {} OpenMP threads", cpu_copy->best_kind, o.threads)},
+                 {"bytes_each_way", copy_bytes},
+                 {"gbps_read_plus_write", copy_gbps},
+                 {"rule", "largest median over the methods, measured before and after the op timings"},
+                 {"runs", cpu_copy->runs}};
+    for (const nlohmann::json& m : cpu_copy->runs) {
+      out << fmt::format("copy reference ({}): {} {:.1f} GB/s\n", m["phase"].get<std::string>(),
+                         m["kind"].get<std::string>(), m["gbps_median"].get<double>());
+    }
+    out << fmt::format("copy reference used: {:.1f} GB/s ({})\n", copy_gbps, cpu_copy->best_kind);
   }
   j["results"] = results;
   if (!o.json.empty()) {

@@ -251,6 +251,8 @@ void reference_run(const op_args& args) {
     if (t >= sz.tq) return;
     prefetch_bytes(q_nope_raw.at(t * args.q_nope.strides_elems[0] + h * args.q_nope.strides_elems[1]),
                    sz.dn * q_nope_raw.elem_bytes);
+    prefetch_bytes(q_pe_raw.at(t * args.q_pe.strides_elems[0] + h * args.q_pe.strides_elems[1]),
+                   sz.dr * q_pe_raw.elem_bytes);
   };
 
   // One work item per (token t, row j): j < H is q head j, j == H is the token's k row. Items

@@ -780,16 +780,20 @@ TEST_CASE("conv rows: recode_row_same_dtype_stream equals recode_row_same_dtype 
     const std::vector<uint8_t> src = row_of_codes(t, codes);
     std::vector<uint8_t> want(src.size());
     recode_row_same_dtype(t, src.data(), want.data(), n);
-    // Every destination misalignment to 16 bytes (the unaligned head), source offsets, and
-    // lengths that end anywhere in a 16-byte chunk (the tail), with guard bytes on both sides.
+    // Every destination misalignment to 64 bytes (the unaligned heads to 16 and to 64 bytes),
+    // source offsets, and lengths that end anywhere in a 16-byte chunk or a 64-byte line (the
+    // tails), with guard bytes on both sides; with and without the AVX-512 line path.
     int64_t bad = 0, guard_bad = 0, runs = 0;
-    for (int64_t dst_off = 0; dst_off < 16; dst_off += static_cast<int64_t>(es)) {
+    for (bool avx512 : {true, false}) {
+    stream_stores_allow_avx512(avx512);
+    for (int64_t dst_off = 0; dst_off < 64; dst_off += static_cast<int64_t>(es)) {
       for (int64_t src_elem : {int64_t{0}, int64_t{1}, int64_t{3}}) {
-        for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{31}, n - src_elem}) {
+        for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{31}, int64_t{32},
+                            int64_t{33}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{100}, n - src_elem}) {
           const size_t bytes = static_cast<size_t>(len) * es;
-          std::vector<uint8_t> buf(bytes + 64, 0xc3);  // 16 guard + data + guard
-          uint8_t* base = buf.data() + ((16 - (reinterpret_cast<uintptr_t>(buf.data()) & 15u)) & 15u);
-          uint8_t* dst = base + 16 + dst_off;
+          std::vector<uint8_t> buf(bytes + 192, 0xc3);  // 64 guard + data + guard
+          uint8_t* base = buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63u)) & 63u);
+          uint8_t* dst = base + 64 + dst_off;
           recode_row_same_dtype_stream(t, src.data() + src_elem * static_cast<int64_t>(es), dst, len);
           stream_store_fence();
           ++runs;
@@ -799,6 +803,8 @@ TEST_CASE("conv rows: recode_row_same_dtype_stream equals recode_row_same_dtype 
         }
       }
     }
+    }
+    stream_stores_allow_avx512(true);
     CHECK(runs > 0);
     CHECK(bad == 0);
     CHECK(guard_bad == 0);
@@ -822,13 +828,16 @@ TEST_CASE("conv rows: recode_row_same_dtype_stream equals recode_row_same_dtype 
 TEST_CASE("conv rows: copy_bytes_stream equals memcpy at every alignment and length") {
   std::vector<uint8_t> src(4096 + 64);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(rng_u64(21, 0, i));
+  // destination offsets to a 64-byte line (the AVX-512 path stores whole lines), both paths
   int64_t bad = 0, guard_bad = 0, runs = 0;
+  for (bool avx512 : {true, false}) {
+  stream_stores_allow_avx512(avx512);
   for (int64_t src_off = 0; src_off < 16; ++src_off) {
-    for (int64_t dst_off = 0; dst_off < 16; ++dst_off) {
-      for (int64_t len : {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 127, 128, 1024, 1151, 4096}) {
-        std::vector<uint8_t> buf(static_cast<size_t>(len) + 64, 0x3c);
-        uint8_t* base = buf.data() + ((16 - (reinterpret_cast<uintptr_t>(buf.data()) & 15u)) & 15u);
-        uint8_t* dst = base + 16 + dst_off;
+    for (int64_t dst_off = 0; dst_off < 64; ++dst_off) {
+      for (int64_t len : {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 127, 128, 129, 191, 192, 1024, 1151, 4096}) {
+        std::vector<uint8_t> buf(static_cast<size_t>(len) + 192, 0x3c);
+        uint8_t* base = buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63u)) & 63u);
+        uint8_t* dst = base + 64 + dst_off;
         copy_bytes_stream(src.data() + src_off, dst, len);
         stream_store_fence();
         ++runs;
@@ -838,7 +847,9 @@ TEST_CASE("conv rows: copy_bytes_stream equals memcpy at every alignment and len
       }
     }
   }
-  CHECK(runs == 16 * 16 * 16);
+  }
+  stream_stores_allow_avx512(true);
+  CHECK(runs == 2 * 16 * 64 * 21);
   CHECK(bad == 0);
   CHECK(guard_bad == 0);
 }
