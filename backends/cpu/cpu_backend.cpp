@@ -150,18 +150,30 @@ struct output_rule {
 };
 
 // rope(x) for one row of Dr values: out[j] = x[j]*C + R(x[j])*S. The products of two fp32
-// values are exact in double, so each sum is the exact value rounded once (in double).
+// values are exact in double, so each sum is the exact value rounded once (in double). One
+// plain loop per style so that compilers vectorize both; built also for AVX2 and AVX-512 where
+// GCC dispatches at load time: the same bits on every ISA, contracted into an FMA or not
+// (both products are exact in double, so fma(a, c, -b*s) rounds the same exact sum once).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
 void rope_row(rope_style style, int64_t dr, const float* x, const float* cos_row,
               const float* sin_row, double* out) {
   const int64_t half = dr / 2;
-  const bool gptj = style == rope_style::gptj;
-  for (int64_t i = 0; i < half; ++i) {
-    const int64_t ia = gptj ? 2 * i : i;             // the pair (a, b) that uses cos[i], sin[i]:
-    const int64_t ib = gptj ? 2 * i + 1 : i + half;  // gptj (2i, 2i+1), neox (i, i + Dr/2)
-    const double c = cos_row[i], s = sin_row[i];
-    const double a = x[ia], b = x[ib];
-    out[ia] = a * c + (-b) * s;  // a' = a*C + R(a)*S, R(a) = -b
-    out[ib] = b * c + a * s;     // b' = b*C + R(b)*S, R(b) = a
+  if (style == rope_style::gptj) {  // pairs (2i, 2i+1) use cos[i], sin[i]
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = cos_row[i], s = sin_row[i];
+      const double a = x[2 * i], b = x[2 * i + 1];
+      out[2 * i] = a * c + (-b) * s;     // a' = a*C + R(a)*S, R(a) = -b
+      out[2 * i + 1] = b * c + a * s;    // b' = b*C + R(b)*S, R(b) = a
+    }
+  } else {  // neox: pairs (i, i + Dr/2) use cos[i], sin[i]
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = cos_row[i], s = sin_row[i];
+      const double a = x[i], b = x[i + half];
+      out[i] = a * c + (-b) * s;
+      out[i + half] = b * c + a * s;
+    }
   }
 }
 
