@@ -397,6 +397,28 @@ TEST_CASE("ropekv bench on sim and ref: table and JSON") {
     CHECK(j["results"][1]["bytes_total"].get<int64_t>() < j["results"][0]["bytes_total"].get<int64_t>());
     CHECK(j["copy"]["gbps_read_plus_write"].get<double>() > 0);
     if (std::string(be) == "sim") CHECK(j["results"][1]["variant"].get<std::string>().find("zero_copy") != std::string::npos);
+    // CPU copy denominator: both methods before and after the op timings; the denominator is
+    // the largest median, its kind named, and every result's % and floor use it
+    const nlohmann::json& runs = j["copy"]["runs"];
+    REQUIRE(runs.size() == 4);
+    double best = 0;
+    std::string best_kind;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      CHECK(runs[i]["phase"] == (i < 2 ? "before" : "after"));
+      CHECK(runs[i]["reps"].get<int64_t>() >= 5);
+      if (runs[i]["gbps_median"].get<double>() > best) {
+        best = runs[i]["gbps_median"].get<double>();
+        best_kind = runs[i]["kind"].get<std::string>();
+      }
+    }
+    CHECK(runs[0]["kind"] != runs[1]["kind"]);
+    CHECK(j["copy"]["gbps_read_plus_write"].get<double>() == best);
+    CHECK(j["copy"]["kind"].get<std::string>().rfind(best_kind, 0) == 0);
+    for (const nlohmann::json& r : j["results"]) {
+      CHECK(r["pct_of_copy"].get<double>() == doctest::Approx(100.0 * r["gbps"].get<double>() / best));
+      CHECK(r["floor_us"].get<double>() ==
+            doctest::Approx(r["bytes_total"].get<double>() / (best * 1e9) * 1e6));
+    }
   }
   std::filesystem::remove(json);
 }
