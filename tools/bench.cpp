@@ -78,6 +78,7 @@ void set_variant(const std::string& request) {
         throw arg_error("--variant", "KEY=<integer>", part);
       }
       if (key == "kvr" && (value == 0 || value == 1)) { ov.v4_kv_rope_group = static_cast<int32_t>(value); continue; }
+      if (key == "qp" && (value == 0 || value == 1)) { ov.v4_q_pairs = static_cast<int32_t>(value); continue; }
       if (value < 1) throw arg_error("--variant", "a value >= 1", part);
       if (key == "hpb") { ov.heads_per_block = value; continue; }
       if (key == "upt") { ov.units_per_thread = value; continue; }
@@ -379,20 +380,31 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
     j["device"] = {{"name", d.name}, {"sm_count", d.sm_count}, {"driver_version", d.driver_version},
                    {"runtime_version", d.runtime_version}, {"l2_bytes", d.l2_bytes},
                    {"memory_bytes", d.memory_bytes}, {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)}};
-    // Two copies of the same size; the faster one is the denominator (an honest, hard floor).
+    // Three copies of the same size; the fastest is the denominator (an honest, hard floor).
     const gpu_copy_timing c = hip_bench_copy(copy_bytes, 20);
-    const gpu_copy_timing k = hip_bench_copy_kernel(copy_bytes, 20);
-    const bool kernel_faster = k.gbps > c.gbps;
-    copy_gbps = kernel_faster ? k.gbps : c.gbps;
-    j["copy"] = {{"kind", kernel_faster ? "16-byte vector copy kernel in a graph"
-                                        : "device-to-device hipMemcpyAsync in a graph"},
+    const gpu_copy_timing k = hip_bench_copy_kernel(copy_bytes, 20, 1);
+    const gpu_copy_timing k4 = hip_bench_copy_kernel(copy_bytes, 20, 4);
+    const gpu_copy_timing* best = &c;
+    const char* best_kind = "device-to-device hipMemcpyAsync in a graph";
+    if (k.gbps > best->gbps) {
+      best = &k;
+      best_kind = "16-byte vector copy kernel in a graph";
+    }
+    if (k4.gbps > best->gbps) {
+      best = &k4;
+      best_kind = "16-byte vector copy kernel, one pass, 4 loads in flight per thread, in a graph";
+    }
+    copy_gbps = best->gbps;
+    j["copy"] = {{"kind", best_kind},
                  {"bytes_each_way", copy_bytes},
-                 {"us_median", kernel_faster ? k.us_median : c.us_median},
+                 {"us_median", best->us_median},
                  {"gbps_read_plus_write", copy_gbps},
                  {"memcpy", {{"us_median", c.us_median}, {"gbps_read_plus_write", c.gbps}}},
-                 {"kernel", {{"us_median", k.us_median}, {"gbps_read_plus_write", k.gbps}}}};
-    out << fmt::format("copy references: hipMemcpy D2D {:.1f} GB/s, 16-byte copy kernel {:.1f} GB/s (using the faster)\n",
-                       c.gbps, k.gbps);
+                 {"kernel", {{"us_median", k.us_median}, {"gbps_read_plus_write", k.gbps}}},
+                 {"kernel_x4", {{"us_median", k4.us_median}, {"gbps_read_plus_write", k4.gbps}}}};
+    out << fmt::format("copy references: hipMemcpy D2D {:.1f} GB/s, 16-byte copy kernel {:.1f} GB/s, "
+                       "x4 in flight {:.1f} GB/s (using the fastest)\n",
+                       c.gbps, k.gbps, k4.gbps);
 #endif
   } else {
     cpu_copy = std::make_unique<cpu_copy_meter>(copy_bytes);

@@ -35,13 +35,14 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // need by themselves (45): their natural 54 would cost every q row of the grid a tenth of its
 // occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md). At 48,
 // bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
-template <class S>
-inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? 5 : 1;
-template <class S>
-__global__ void __launch_bounds__(rk_max_block_threads, rk_fast4_min_blocks_for<S>) rk_fast4_kernel(rk_params p) {
+template <class S, int R>
+inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
+// R: q rows per copy-mode group (rk_params::v4_q_pairs)
+template <class S, int R>
+__global__ void __launch_bounds__(rk_max_block_threads, rk_fast4_min_blocks_for<S, R>) rk_fast4_kernel(rk_params p) {
   rk_pdl_trigger();
   rk_pdl_wait();
-  rk_fast4_body<S>(p);
+  rk_fast4_body<S, R>(p);
 }
 
 }  // namespace ropekv_gpu
@@ -176,9 +177,13 @@ void hip_launch(const op_args& device_args, void* stream) {
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec)>, grid, block, s, l.pdl,
-                                         l.params),
-            "kernel launch");
+      if (l.params.v4_q_pairs) {
+        check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec), 2>, grid, block, s, l.pdl, l.params),
+              "kernel launch");
+      } else {
+        check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec), 1>, grid, block, s, l.pdl, l.params),
+              "kernel launch");
+      }
     });
   } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {

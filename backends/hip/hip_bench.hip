@@ -16,11 +16,26 @@
 namespace ropekv {
 namespace {
 
-// 16-byte vector copy, grid-stride: the copy-kernel denominator of `ropekv bench`.
+// 16-byte vector copy, grid-stride: a copy-kernel denominator of `ropekv bench`.
 __global__ void __launch_bounds__(256) rk_copy16_kernel(const uint4* src, uint4* dst, int64_t n16) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += stride)
     dst[i] = src[i];
+}
+// The same copy shaped like PyTorch's vectorised elementwise copy: one pass, no grid-stride
+// loop; block b copies its own contiguous 4 x 256 vectors (16 KiB), each thread four of them
+// (coalesced, stride 256 vectors), all four loads in flight before its stores.
+__global__ void __launch_bounds__(256) rk_copy16x4_kernel(const uint4* src, uint4* dst, int64_t n16) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * 1024 + threadIdx.x;
+  uint4 v[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (base + k * 256 < n16) v[k] = src[base + k * 256];
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (base + k * 256 < n16) dst[base + k * 256] = v[k];
+  }
 }
 
 void bcheck(hipError_t e, const char* what) {
@@ -206,7 +221,9 @@ gpu_copy_timing hip_bench_copy(int64_t bytes, int64_t replays) {
   return c;
 }
 
-gpu_copy_timing hip_bench_copy_kernel(int64_t bytes, int64_t replays) {
+gpu_copy_timing hip_bench_copy_kernel(int64_t bytes, int64_t replays, int vectors_per_thread) {
+  if (vectors_per_thread != 1 && vectors_per_thread != 4)
+    throw arg_error("copy vectors per thread", "1 or 4", std::to_string(vectors_per_thread));
   if (bytes < 16 || bytes % 16 != 0) throw arg_error("copy bytes", "a positive multiple of 16", std::to_string(bytes));
   device_scope ds;
   void* src = ds.alloc(static_cast<size_t>(bytes));
@@ -222,8 +239,15 @@ gpu_copy_timing hip_bench_copy_kernel(int64_t bytes, int64_t replays) {
   const int64_t n16 = bytes / 16;
   const int64_t blocks = std::min<int64_t>((n16 + 255) / 256, static_cast<int64_t>(prop.multiProcessorCount) * 8);
   bcheck(hipStreamBeginCapture(ds.stream, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
-  rk_copy16_kernel<<<static_cast<unsigned>(blocks), 256, 0, ds.stream>>>(static_cast<const uint4*>(src),
-                                                                         static_cast<uint4*>(dst), n16);
+  if (vectors_per_thread == 4) {
+    const int64_t blocks4 = (n16 + 1023) / 1024;  // one pass: 4 x 256 vectors per block
+    if (blocks4 > 2147483647) throw arg_error("copy bytes", "<= 2^31 blocks of 16 KiB", std::to_string(bytes));
+    rk_copy16x4_kernel<<<static_cast<unsigned>(blocks4), 256, 0, ds.stream>>>(static_cast<const uint4*>(src),
+                                                                              static_cast<uint4*>(dst), n16);
+  } else {
+    rk_copy16_kernel<<<static_cast<unsigned>(blocks), 256, 0, ds.stream>>>(static_cast<const uint4*>(src),
+                                                                           static_cast<uint4*>(dst), n16);
+  }
   bcheck(hipGetLastError(), "copy kernel launch");
   bcheck(hipStreamEndCapture(ds.stream, &ds.graph), "hipStreamEndCapture");
   const std::vector<double> ms = ds.time_replays(replays, replays, 0.0);

@@ -314,6 +314,8 @@ struct rk_params {
   int64_t v4_q_token_groups;  // Tq * (q groups per token + cache groups per token) (< 2^32)
   int32_t v4_kv_split_log2, v4_q_lanes_log2;
   int32_t v4_kv_rope_group;   // 1: a cache entry's rope units get a group of their own
+  int32_t v4_q_pairs;         // 1: a copy-mode q group holds two rows (heads 2i, 2i + 1;
+                              // rk_v4_q_row_pair), launched as rk_fast4_kernel<S, 2>
   int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
@@ -997,6 +999,84 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
 }
 
+// Two q rows of token t in one group (heads h0 and h0 + 1 when h0 + 1 < H): lane l copies nope
+// chunks l and l + 32 of both rows (four 16-byte loads in flight before the first store at
+// Dn = 512) and rotates rope unit l of row h0 (l < units) or unit l - units of row h0 + 1
+// (units <= l < 2 units): the slot, the position and its cos/sin row serve both rows, so the
+// per-row index work and the position -> cos/sin chain are paid once per two rows. Same
+// conversions and order of checks as rk_v4_q_row; needs 2 units <= 32 and no zero-copy.
+template <class S>
+ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, int32_t lane) {
+  const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  const int64_t rows = h0 + 1 < p.heads ? 2 : 1;
+  const int64_t nope_s1 = p.q_nope_s1 * 2, out_s1 = p.q_out_s1 * 2;  // bytes from row h0 to h0 + 1
+  const char* nope_row = p.q_nope + (t * p.q_nope_s0 + h0 * p.q_nope_s1) * 2;  // [2, Dn] 16-bit
+  char* out_row = p.q_out + (t * p.q_out_s0 + h0 * p.q_out_s1) * 2;            // [2, Dn + Dr]
+  const int32_t nc = p.v4_nope_chunks;
+  const int32_t units = p.v4_units;
+  const int32_t second = lane >= units ? 1 : 0;  // the rope lane's row: h0 + second
+  const int32_t unit = lane - second * units;
+  const bool rope_lane = lane < rows * units;
+  // every independent load first (rk_v4_q_row)
+  const int64_t slot = p.pad_q_computed ? 0 : rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = rope_lane ? rk_load_index(p.positions, t, p.positions_s0, p.positions_i64) : 0;
+  uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
+  if (rope_lane) {
+    const char* pe_row = p.q_pe + (t * p.q_pe_s0 + (h0 + second) * p.q_pe_s1) * 2;  // [Dr]
+    rk_load_words(pe_row + unit * 16, 16, wa);
+    if (neox) rk_load_words(pe_row + p.dr + unit * 16, 16, wb);
+  }
+  uint32_t w[2][rk_v4_batch][4];
+  ROPEKV_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = lane + k * 32;
+      if (r < rows && j < nc) rk_load_words(nope_row + r * nope_s1 + static_cast<int64_t>(j) * 16, 16, w[r][k]);
+    }
+  }
+  if (slot < 0) return;  // padding token, pad_q = skipped: q_out rows left as they were
+  const bool pos_ok = rope_lane && rk_position_ok(p, &pos);
+  float cs[8], sn[8];
+  if (pos_ok) {
+    rk_load_cos_sin_unit(p, tt, neox, pos, unit, cs, sn);
+  }
+  ROPEKV_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    ROPEKV_UNROLL
+    for (int k = 0; k < rk_v4_batch; ++k) {
+      const int32_t j = lane + k * 32;
+      if (r < rows && j < nc && rk_v3_nope_written(j, nc)) {
+        rk_canon_nan16x8(w[r][k], qt);
+        rk_store_words(out_row + r * out_s1 + static_cast<int64_t>(j) * 16, 16, w[r][k]);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {  // Dn > 512: the rest, row by row, two chunks per lane at a time
+    for (int32_t first = lane + rk_v4_batch * 32; first < nc; first += rk_v4_batch * 32) {
+      ROPEKV_UNROLL
+      for (int k = 0; k < rk_v4_batch; ++k) {
+        const int32_t j = first + k * 32;
+        if (j < nc) rk_load_words(nope_row + r * nope_s1 + static_cast<int64_t>(j) * 16, 16, w[0][k]);
+      }
+      ROPEKV_UNROLL
+      for (int k = 0; k < rk_v4_batch; ++k) {
+        const int32_t j = first + k * 32;
+        if (j < nc && rk_v3_nope_written(j, nc)) {
+          rk_canon_nan16x8(w[0][k], qt);
+          rk_store_words(out_row + r * out_s1 + static_cast<int64_t>(j) * 16, 16, w[0][k]);
+        }
+      }
+    }
+  }
+  if (!pos_ok) return;
+  float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
+}
+
 template <class S>
 ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
   const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
@@ -1067,7 +1147,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
 // interleaved with the memory-bound q rows, instead of forming one compute-bound phase, and a
 // token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
 // with q rows, not with a conversion chain.
-template <class S>
+template <class S, int R = 1>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = g >> 5;
@@ -1087,6 +1167,10 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   }
   if (r < kv_groups) {
     rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r), l32);
+    return;
+  }
+  if (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next
+    rk_v4_q_row_pair<S>(p, t, 2 * (r - kv_groups), l32);
     return;
   }
   const int32_t ql = p.v4_q_lanes_log2;

@@ -349,7 +349,14 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       while ((1 << ql) < units) ++ql;
     }
     p.v4_q_lanes_log2 = ql;
-    const int64_t rows_per_group = int64_t{1} << (5 - ql);
+    // Two q rows per group (rk_v4_q_row_pair; copy mode, 2 units <= 32) from 8192 q rows on:
+    // the per-row index work and the position -> cos/sin chain paid once per two rows. H200,
+    // hot: 128 x 128 8.8 -> 7.5 us, 4096 x 128 316 -> 292 us, 8192 x 16 86 -> 80 us; slower at
+    // 4096 rows and fewer (1 x 128 1.74 -> 1.95 us, kimi-k2-tp8 x 512 3.55 -> 3.9 us: half the
+    // groups, fewer SMs busy). `qp=0|1` forces it off or on (where it applies).
+    const bool pairs_ok = ql == 5 && 2 * units <= 32 && s.heads >= 2;
+    p.v4_q_pairs = pairs_ok && (ov.v4_q_pairs >= 0 ? ov.v4_q_pairs == 1 : s.tq * s.heads >= 8192);
+    const int64_t rows_per_group = p.v4_q_pairs ? 2 : int64_t{1} << (5 - ql);
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
     const int64_t kv_groups = (int64_t{1} << kvs) + p.v4_kv_rope_group;
     const int64_t groups_per_token = p.v4_q_groups_per_token + kv_groups;
@@ -357,10 +364,14 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     rk_div_magic(static_cast<uint32_t>(groups_per_token), &p.v4_gpt_magic, &p.v4_gpt_shift);
     const int64_t groups = p.v4_q_token_groups + (s.ts - s.tq) * kv_groups;
     // Groups per block: 4 (128 threads; H200 measurements at 0b77660+1: 2-4 beat 8 at the
-    // decode sizes, docs/perf.md) when there are enough groups for 132 SMs, fewer for small
-    // problems so that they spread over more SMs (1 x 128: 129 groups, 1 per block).
-    int64_t wpb = 4;
-    while (wpb > 1 && groups / wpb < 132) wpb /= 2;
+    // decode sizes, docs/perf.md) when there are enough groups for 132 SMs, 2 for small
+    // problems so that they spread over more SMs (1 x 128: 130 groups, 65 blocks; 2 per block
+    // measured 0.03-0.06 us faster than 1 there in three H200 runs).
+    // One-row groups from 2 x 132 x 8 groups on (32 x 128, kimi-k2-tp8 x 512: 4160-5120
+    // groups): 8 per block, 1.5% faster than 4 there in three H200 runs (3.39-3.41 vs
+    // 3.42-3.47 us at 32 x 128); with two-row groups 8 was slower (8192 x 16: 84 vs 80 us).
+    int64_t wpb = !p.v4_q_pairs && groups >= 2 * 132 * 8 ? 8 : 4;
+    while (wpb > 2 && groups / wpb < 132) wpb /= 2;
     if (ov.v4_groups_per_block > 0) wpb = std::min<int64_t>(ov.v4_groups_per_block, rk_max_block_threads / 32);
     while (wpb < 8 && (groups + wpb - 1) / wpb > rk_max_grid_x) wpb *= 2;
     l.kernel = rk_kernel::fast4;
@@ -369,7 +380,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
     l.grid_y = 1;
     l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
-                (p.v4_kv_rope_group ? "+r" : "") + "," + rk_v3_spec_name(p) + ")";
+                (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     return l;
   }

@@ -20,6 +20,7 @@ struct rk_variant_override {
   int64_t v4_kv_split = 0;       // > 0: fast_v4 groups per cache entry (1, 2 or 4)
   int32_t no_pdl = 0;            // 1: launch fast_v4 without programmatic dependent launch
   int32_t v4_kv_rope_group = -1;  // >= 0: fast_v4 cache rope units in a group of their own (1) or not
+  int32_t v4_q_pairs = -1;        // >= 0: fast_v4 copy-mode q groups hold two rows (1) or one
 };
 
 // The process-wide override (not thread-safe to change while launches are being planned).

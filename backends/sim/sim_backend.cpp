@@ -29,10 +29,10 @@ namespace ropekv {
 namespace {
 
 // The kernel entries, as types: Kernel::run(p) is one (block, thread) execution of the body.
-template <class S>
+template <class S, int R>
 struct sim_fast4 {
   static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
-    ropekv_gpu::rk_fast4_body<S>(p);
+    ropekv_gpu::rk_fast4_body<S, R>(p);
   }
 };
 template <class S>
@@ -110,7 +110,11 @@ template <class S>
 void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma) {
   switch (l.kernel) {
     case ropekv_gpu::rk_kernel::fast4:
-      sim_grid<sim_fast4<S>>(l, fma);
+      if (l.params.v4_q_pairs) {
+        sim_grid<sim_fast4<S, 2>>(l, fma);
+      } else {
+        sim_grid<sim_fast4<S, 1>>(l, fma);
+      }
       break;
     case ropekv_gpu::rk_kernel::fast3:
       sim_grid<sim_fast3<S>>(l, fma);
