@@ -55,41 +55,6 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Applies one variant request ("auto", "general", "hpb=4+upt=2", ...) to the kernel overrides.
-void set_variant(const std::string& request) {
-  ropekv_gpu::rk_variant_override ov;
-  for (const std::string& part : split(request, '+')) {
-    if (part == "auto") continue;
-    if (part == "general") { ov.force_general = 1; continue; }
-    if (part == "v2") { ov.no_v3 = 1; ov.no_v4 = 1; continue; }  // fast_v2 where eligible (else general)
-    if (part == "v3") { ov.no_v4 = 1; continue; }  // fast_v3 where eligible
-    if (part == "v4") continue;                    // = auto: fast_v4 where eligible
-    if (part == "v3generic") { ov.no_v4 = 1; ov.v3_generic = 1; continue; }  // fast_v3 without dtype templates
-    if (part == "v4generic") { ov.v3_generic = 1; continue; }  // fast_v4 without dtype templates
-    if (part == "nozc") { ov.no_zero_copy = 1; continue; }
-    if (part == "nopdl") { ov.no_pdl = 1; continue; }  // fast_v4 without programmatic dependent launch
-    const auto eq = part.find('=');
-    if (eq != std::string::npos) {
-      const std::string key = part.substr(0, eq);
-      int64_t value = 0;
-      try {
-        value = std::stoll(part.substr(eq + 1));
-      } catch (const std::exception&) {
-        throw arg_error("--variant", "KEY=<integer>", part);
-      }
-      if (key == "kvr" && (value == 0 || value == 1)) { ov.v4_kv_rope_group = static_cast<int32_t>(value); continue; }
-      if (key == "qp" && (value == 0 || value == 1)) { ov.v4_q_pairs = static_cast<int32_t>(value); continue; }
-      if (value < 1) throw arg_error("--variant", "a value >= 1", part);
-      if (key == "hpb") { ov.heads_per_block = value; continue; }
-      if (key == "upt") { ov.units_per_thread = value; continue; }
-      if (key == "bt") { ov.v3_block_threads = value; continue; }
-      if (key == "gpb") { ov.v4_groups_per_block = value; continue; }
-      if (key == "kvs") { ov.v4_kv_split = value; continue; }
-    }
-    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1 joined by '+'", part);
-  }
-  ropekv_gpu::rk_variant_overrides() = ov;
-}
 
 struct bench_case {
   std::string name;
@@ -282,6 +247,42 @@ bench_bytes count_bytes(const op_args& a) {
   return b;
 }
 
+// Applies one variant request (bench.h) ("auto", "general", "hpb=4+upt=2", ...) to the kernel overrides.
+void set_kernel_variant(const std::string& request) {
+  ropekv_gpu::rk_variant_override ov;
+  for (const std::string& part : split(request, '+')) {
+    if (part == "auto") continue;
+    if (part == "general") { ov.force_general = 1; continue; }
+    if (part == "v2") { ov.no_v3 = 1; ov.no_v4 = 1; continue; }  // fast_v2 where eligible (else general)
+    if (part == "v3") { ov.no_v4 = 1; continue; }  // fast_v3 where eligible
+    if (part == "v4") continue;                    // = auto: fast_v4 where eligible
+    if (part == "v3generic") { ov.no_v4 = 1; ov.v3_generic = 1; continue; }  // fast_v3 without dtype templates
+    if (part == "v4generic") { ov.v3_generic = 1; continue; }  // fast_v4 without dtype templates
+    if (part == "nozc") { ov.no_zero_copy = 1; continue; }
+    if (part == "nopdl") { ov.no_pdl = 1; continue; }  // fast_v4 without programmatic dependent launch
+    const auto eq = part.find('=');
+    if (eq != std::string::npos) {
+      const std::string key = part.substr(0, eq);
+      int64_t value = 0;
+      try {
+        value = std::stoll(part.substr(eq + 1));
+      } catch (const std::exception&) {
+        throw arg_error("--variant", "KEY=<integer>", part);
+      }
+      if (key == "kvr" && (value == 0 || value == 1)) { ov.v4_kv_rope_group = static_cast<int32_t>(value); continue; }
+      if (key == "qp" && (value == 0 || value == 1)) { ov.v4_q_pairs = static_cast<int32_t>(value); continue; }
+      if (value < 1) throw arg_error("--variant", "a value >= 1", part);
+      if (key == "hpb") { ov.heads_per_block = value; continue; }
+      if (key == "upt") { ov.units_per_thread = value; continue; }
+      if (key == "bt") { ov.v3_block_threads = value; continue; }
+      if (key == "gpb") { ov.v4_groups_per_block = value; continue; }
+      if (key == "kvs") { ov.v4_kv_split = value; continue; }
+    }
+    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1 joined by '+'", part);
+  }
+  ropekv_gpu::rk_variant_overrides() = ov;
+}
+
 void point_q_nope_into_q_out(case_data& c) {
   op_args& a = c.args;
   if (a.q_out.type != a.q_nope.type)
@@ -351,7 +352,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   }
   const std::vector<std::string> variants = split(o.variants, ',');
   if (variants.empty()) throw arg_error("--variant", "at least one variant", o.variants);
-  for (const std::string& v : variants) set_variant(v);  // parse all before running anything
+  for (const std::string& v : variants) set_kernel_variant(v);  // parse all before running anything
   ropekv_gpu::rk_variant_overrides() = {};
   omp_set_num_threads(o.threads);
 
@@ -432,7 +433,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
       if (zc) apply_zero_copy(c);
       const bench_bytes bytes = count_bytes(c.args);
       for (const std::string& v : variants) {
-        set_variant(v);
+        set_kernel_variant(v);
         timing t;
         try {
           if (gpu) {

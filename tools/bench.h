@@ -31,6 +31,11 @@ struct bench_opts {
   std::string json;                    // write the JSON report here
 };
 
+// Applies one kernel-variant request ("auto", "v3", "gpb=8+qp=1", ...; the `--variant` syntax of
+// bench and fuzz) to the process-wide kernel overrides (backends/hip/variant.h), which the hip
+// and sim backends read when they plan a launch. arg_error("--variant", ...) when malformed.
+void set_kernel_variant(const std::string& request);
+
 // Adds the `bench` subcommand with its options bound to `o`; returns it (cli.cpp dispatches).
 CLI::App* add_bench_command(CLI::App& app, bench_opts& o);
 // Runs the benchmark; prints the table to `out`. Returns 0, or throws ropekv::error / arg_error.

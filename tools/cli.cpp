@@ -236,6 +236,7 @@ struct fuzz_cli_opts {
   int64_t max_failures = 0;
   bool strict = false, bitwise = false, no_shrink = false;
   std::string shrink_time = "30s";
+  std::string variant = "auto";
 };
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -288,6 +289,8 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
     std::ofstream probe(o.json, std::ios::app);
     if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
   }
+  set_kernel_variant(o.variant);  // hip and sim plan their launches with it
+  f.variant = o.variant;
   fuzz_summary s = run_fuzz(f, st.out, st.tty);
   if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
   return (s.counts.failed + s.counts.errored) > 0 ? 1 : 0;
@@ -449,6 +452,10 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
   fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder");
   fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)");
+  fuzz->add_option("--variant", fo.variant,
+                   "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
+                   "general); auto = the launch plan's choice")
+      ->capture_default_str();
   fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX");
   fuzz->footer(fuzz_footer);
 

@@ -225,6 +225,7 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   if (opt.cmp.strict) cmd += " --strict";
   if (opt.cmp.bitwise) cmd += " --bitwise";
   if (opt.profile != fuzz_profile::any) cmd += fmt::format(" --profile {}", fuzz_profile_name(opt.profile));
+  if (!opt.variant.empty() && opt.variant != "auto") cmd += " --variant " + quote_single(opt.variant);
   return cmd + " --repro " + quote_single(repro);
 }
 

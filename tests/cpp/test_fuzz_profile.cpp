@@ -11,6 +11,8 @@
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/hip/variant.h"
+#include "backends/sim/sim_backend.h"
 #include "core/case_data.h"
 #include "core/error.h"
 #include "core/problem.h"
@@ -229,6 +231,50 @@ TEST_CASE("--profile values") {
     CHECK(e.arg() == "--profile");
     CHECK(e.got() == "'nope'");
   }
+}
+
+
+// `fuzz --variant`: the bench's kernel-variant syntax, applied to the hip/sim launch plans for
+// the whole campaign and carried into every replay line; a malformed request is an error.
+TEST_CASE("fuzz --variant: applied to the sim's plan, in the replay line, checked") {
+  struct reset_overrides {
+    ~reset_overrides() { ropekv_gpu::rk_variant_overrides() = {}; }
+  } reset;
+  {
+    std::ostringstream out, err;
+    const int rc = cli_main({"fuzz", "--backends", "ref,sim", "--variant", "qp=1+bogus", "--cases", "1"}, out, err);
+    CHECK(rc == 2);
+    CHECK(err.str().find("--variant") != std::string::npos);
+  }
+  {
+    // 8 q rows: below the plan's own threshold for two-row groups, so only the request turns them on
+    std::ostringstream out, err;
+    const int rc = cli_main({"fuzz", "--backends", "ref,sim", "--variant", "qp=1", "--repro",
+                             "tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1"},
+                            out, err);
+    INFO(out.str(), err.str());
+    CHECK(rc == 0);
+    CHECK(out.str().find("1 passed, 0 failed") != std::string::npos);
+    CHECK(ropekv_gpu::rk_variant_overrides().v4_q_pairs == 1);
+    auto sim = make_sim_backend();
+    case_data c = make_case(parse_problem("tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1"));
+    sim->run_host(c.args, c.regions());
+    CHECK(sim->last_variant().find("+qp") != std::string::npos);
+  }
+  fuzz_options opt;
+  opt.backend_a = "ref";
+  opt.backend_b = "broken-qbit";
+  opt.factory_a = [] { return make_cpu_backend(); };
+  opt.factory_b = [] { return std::unique_ptr<backend>(new q_out_bit_flip()); };
+  opt.cases = 4;
+  opt.max_tokens = 4;
+  opt.max_failures = 1;
+  opt.shrink = false;
+  opt.variant = "gpb=8+qp=1";
+  std::ostringstream out;
+  const fuzz_summary s = run_fuzz(opt, out, false);
+  REQUIRE(s.counts.failed == 1);
+  CHECK(s.notable.back().replay.find("--variant 'gpb=8+qp=1'") != std::string::npos);
 }
 
 }  // namespace ropekv
