@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -232,4 +233,66 @@ TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against
     MESSAGE(kernel, " stream: ", taken, " of ", n, " cases took ", kernel);
     CHECK(taken >= n / 2);
   }
+}
+
+// The sim's pinned grid loops (sim_backend.cpp: fast_v4 at Dn 512 / Dr 64 with 64-bit indices,
+// those launch parameters held as compile-time constants) against the plain loops
+// (ROPEKV_SIM_PIN=0): every output byte identical, both pass against the reference; one q row
+// per group and two (qp), gptj and neox, bf16 and fp8 caches, padding. A launch outside the
+// pin (32-bit slot_mapping) must not take it.
+TEST_CASE("sim: pinned grid loops write the same bytes as the plain loops") {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool pins_run = __builtin_cpu_supports("fma") != 0 && std::getenv("ROPEKV_SIM_FMA") == nullptr;
+#else
+  const bool pins_run = std::getenv("ROPEKV_SIM_FMA") == nullptr;
+#endif
+  const std::string base = "tq=5 ts=6 tk=7 h=16 dn=512 dr=64 p=300 bs=16 nb=2 seed=5 rope_table=deepseek-v3 ";
+  struct pin_case {
+    std::string repro;
+    int q_pairs;  // rk_variant_override::v4_q_pairs
+    bool pinned;  // expected to take the pinned loop
+  };
+  const std::vector<pin_case> cases = {
+      {base, 0, true},
+      {base, 1, true},
+      {base + "style=neox", 0, true},
+      {base + "style=neox", 1, true},
+      {base + "cache=fp8_e4m3fn k_scale=0.37", 1, true},
+      {base + "pad_slots=2 pad_at=spread pad_q=computed table_dtype=f32", 1, true},
+      {base + "pad_slots=2 pad_at=head pad_q=skipped", 0, true},
+      {base + "slot=i32", 1, false},
+  };
+  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+  for (const pin_case& pc : cases) {
+    INFO(pc.repro, " qp=", pc.q_pairs);
+    ropekv_gpu::rk_variant_override ov;
+    ov.v4_q_pairs = pc.q_pairs;
+    ropekv_gpu::rk_variant_overrides() = ov;
+    const problem p = parse_problem(pc.repro);
+    case_data initial = make_case(p);
+    case_data ref = initial.clone(), pinned = initial.clone(), plain = initial.clone();
+    make_cpu_backend()->run_host(ref.args, ref.regions());
+
+    const int64_t before = sim_pinned_launches();
+    auto sim = make_sim_backend();
+    sim->run_host(pinned.args, pinned.regions());
+    CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
+    CHECK((sim->last_variant().find("+qp") != std::string::npos) == (pc.q_pairs == 1));
+    CHECK(sim_pinned_launches() - before == (pc.pinned && pins_run ? 1 : 0));
+
+    ::setenv("ROPEKV_SIM_PIN", "0", 1);
+    const int64_t before_plain = sim_pinned_launches();
+    make_sim_backend()->run_host(plain.args, plain.regions());
+    ::unsetenv("ROPEKV_SIM_PIN");
+    CHECK(sim_pinned_launches() == before_plain);
+
+    for (const auto& [name, buf] : pinned.buffers) {
+      const host_buffer& b = plain.buffers.at(name);
+      CHECK_MESSAGE(std::memcmp(buf.data(), b.data(), buf.size_bytes()) == 0, name);
+    }
+    const case_report rep = compare_runs(initial, ref, pinned, compare_options{});
+    INFO(format_case_report(rep, true));
+    CHECK(rep.outcome == case_outcome::passed);
+  }
+  ropekv_gpu::rk_variant_overrides() = saved;
 }
