@@ -3,10 +3,12 @@
 // they were. Run through the reference backend's run_host, as a user would.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -465,5 +467,69 @@ TEST_CASE("validate: accepted calls") {
     a.q_nope = make_view(dtype::f32, q.data(), {c.tq, c.heads, 2}, {c.heads * 6, 6, 1});
     a.q_pe = make_view(dtype::f32, q.data() + 2, {c.tq, c.heads, 4}, {c.heads * 6, 6, 1});
     CHECK_NOTHROW(be->run_host(a, {}));
+  }
+}
+
+// The slot checks against a plain statement of the rule, on random slot_mappings with many
+// repeats, padding (-1) and out-of-range slots: the first out-of-range token in token order,
+// else the earliest token that repeats a slot of an earlier token and that slot's first token.
+// Small cache: validate's bitmap; large cache (capacity > 64 Ts + 65536): its sort.
+TEST_CASE("validate: slot errors name the same token as the rule, bitmap and sort alike") {
+  std::mt19937_64 rng(20261130);
+  for (const int64_t nb : {int64_t{4}, int64_t{1100}}) {
+    const int64_t bs = nb == 4 ? 4 : 64;
+    const int64_t capacity = nb * bs;
+    int errors_seen = 0, dups_seen = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      hand_case c;
+      c.ts = c.tk = 1 + static_cast<int64_t>(rng() % 24);
+      c.tq = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(c.ts));
+      c.nb = nb;
+      c.bs = bs;
+      c.init();
+      // slots drawn from a small window so repeats are common; sometimes one out of range
+      const int64_t window = 2 + static_cast<int64_t>(rng() % static_cast<uint64_t>(std::min<int64_t>(40, capacity - 2)));
+      const int64_t base = static_cast<int64_t>(rng() % static_cast<uint64_t>(capacity - window + 1));
+      for (int64_t& s : c.slots) {
+        const uint64_t r = rng() % 100;
+        s = r < 10 ? -1 : r < 13 ? capacity + static_cast<int64_t>(rng() % 3) : base + static_cast<int64_t>(rng() % static_cast<uint64_t>(window));
+      }
+      // the rule, stated plainly
+      std::string arg, got;
+      for (int64_t t = 0; t < c.ts && arg.empty(); ++t) {
+        if (c.slots[static_cast<size_t>(t)] >= capacity) {
+          arg = "slot_mapping[" + std::to_string(t) + "]";
+          got = std::to_string(c.slots[static_cast<size_t>(t)]);
+        }
+      }
+      for (int64_t t = 0; t < c.ts && arg.empty(); ++t) {
+        const int64_t s = c.slots[static_cast<size_t>(t)];
+        for (int64_t k = 0; k < t && s >= 0; ++k) {
+          if (c.slots[static_cast<size_t>(k)] == s) {
+            arg = "slot_mapping[" + std::to_string(t) + "]";
+            got = std::to_string(s) + " (also at token " + std::to_string(k) + ")";
+            ++dups_seen;
+            break;
+          }
+        }
+      }
+      const op_args a = c.args();
+      INFO("nb=", nb, " trial ", trial);
+      if (arg.empty()) {
+        CHECK_NOTHROW(validate(a, true));
+        continue;
+      }
+      ++errors_seen;
+      try {
+        validate(a, true);
+        FAIL_CHECK("no arg_error, expected ", arg, " ", got);
+      } catch (const arg_error& e) {
+        CHECK(e.arg() == arg);
+        CHECK(e.got() == got);
+      }
+    }
+    CHECK(errors_seen > 100);  // the stream exercises the rule (and passes some calls)
+    CHECK(dups_seen > 50);
+    CHECK(errors_seen < 300);
   }
 }
