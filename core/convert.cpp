@@ -465,6 +465,11 @@ nan16_rule nan16_rule_of(dtype t) {
 }  // namespace
 
 void recode_row_same_dtype_stream(dtype t, const void* src, void* dst, int64_t n) {
+  // non-float dtypes: the error here, not from inside the target_clones function below (an
+  // exception raised there and unwound through this frame aborted under ASan, GCC 12)
+  if (!dtype_is_float(t)) {
+    throw arg_error("dtype", "a float dtype (f32, f16, bf16, fp8_*)", std::string(dtype_name(t)));
+  }
 #if ROPEKV_STREAM_STORES
   if (t == dtype::bf16 || t == dtype::f16) {
     // f16 / bf16: NaN iff the magnitude is above the inf code (exp_mask); a NaN becomes the

@@ -37,9 +37,10 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
 template <class S, int R>
 inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
-// R: q rows per copy-mode group (rk_params::v4_q_pairs)
+// R: q rows per copy-mode group (rk_params::v4_q_pairs). The template-id is parenthesised:
+// hipcc's __launch_bounds__ is a two-parameter macro, and its comma would split it.
 template <class S, int R>
-__global__ void __launch_bounds__(rk_max_block_threads, rk_fast4_min_blocks_for<S, R>) rk_fast4_kernel(rk_params p) {
+__global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for<S, R>)) rk_fast4_kernel(rk_params p) {
   rk_pdl_trigger();
   rk_pdl_wait();
   rk_fast4_body<S, R>(p);
