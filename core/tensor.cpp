@@ -1,12 +1,39 @@
 // Tensor views, guarded host buffers and poison helpers.
 #include "core/tensor.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace ropekv {
+
+std::vector<int64_t> read_indices(const tensor_view& v, int64_t n) {
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  const int64_t stride = v.strides_elems[0];
+  switch (v.type) {
+    case dtype::i32: {
+      const int32_t* p = static_cast<const int32_t*>(v.data);
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t x;
+        std::memcpy(&x, p + i * stride, sizeof x);
+        out[static_cast<size_t>(i)] = x;
+      }
+      break;
+    }
+    case dtype::i64: {
+      const int64_t* p = static_cast<const int64_t*>(v.data);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(&out[static_cast<size_t>(i)], p + i * stride, sizeof(int64_t));
+      break;
+    }
+    default:
+      throw error(fmt::format("read_indices: dtype {} is not an index dtype", dtype_name(v.type)));
+  }
+  return out;
+}
 
 int64_t tensor_view::numel() const {
   if (!present()) return 0;

@@ -78,6 +78,11 @@ class host_buffer {
   size_t guard_bytes_ = 0;
 };
 
+// The first n items of a host index vector (positions, slot_mapping: rank 1, [>= n], i32 or
+// i64), sign-extended: one dtype switch per call, not per item (validate and the reference read
+// them whole). error for another dtype.
+std::vector<int64_t> read_indices(const tensor_view& v, int64_t n);
+
 // Poison: a repeating non-zero byte pattern written into outputs and caches before a run.
 inline constexpr uint8_t poison_byte = 0xA5;
 inline constexpr uint8_t guard_byte = 0x5A;

@@ -237,32 +237,6 @@ bool views_overlap(const tensor_view& a, const tensor_view& b) {
   return false;
 }
 
-// The first n items of an index tensor [>= n] (i32 or i64), sign-extended: one dtype switch per
-// call instead of one per item (a per-item load through load_bits was ~40% of validate's value
-// checks at 4096 tokens).
-std::vector<int64_t> read_indices(const tensor_view& v, int64_t n) {
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  const int64_t stride = v.strides_elems[0];
-  switch (v.type) {
-    case dtype::i32: {
-      const int32_t* p = static_cast<const int32_t*>(v.data);
-      for (int64_t i = 0; i < n; ++i) {
-        int32_t x;
-        std::memcpy(&x, p + i * stride, sizeof x);
-        out[static_cast<size_t>(i)] = x;
-      }
-      break;
-    }
-    case dtype::i64: {
-      const int64_t* p = static_cast<const int64_t*>(v.data);
-      for (int64_t i = 0; i < n; ++i) std::memcpy(&out[static_cast<size_t>(i)], p + i * stride, sizeof(int64_t));
-      break;
-    }
-    default:
-      throw error(fmt::format("read_indices: dtype {} is not an index dtype", dtype_name(v.type)));
-  }
-  return out;
-}
 
 void check_scale(float scale, const char* name) {
   if (!std::isfinite(scale) || !(scale > 0.0f)) {

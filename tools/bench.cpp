@@ -10,10 +10,12 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "backends/hip/variant.h"
 #include "core/convert.h"
@@ -385,16 +387,12 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
     const gpu_copy_timing c = hip_bench_copy(copy_bytes, 20);
     const gpu_copy_timing k = hip_bench_copy_kernel(copy_bytes, 20, 1);
     const gpu_copy_timing k4 = hip_bench_copy_kernel(copy_bytes, 20, 4);
-    const gpu_copy_timing* best = &c;
-    const char* best_kind = "device-to-device hipMemcpyAsync in a graph";
-    if (k.gbps > best->gbps) {
-      best = &k;
-      best_kind = "16-byte vector copy kernel in a graph";
-    }
-    if (k4.gbps > best->gbps) {
-      best = &k4;
-      best_kind = "16-byte vector copy kernel, one pass, 4 loads in flight per thread, in a graph";
-    }
+    const std::pair<const char*, const gpu_copy_timing*> copies[] = {
+        {"device-to-device hipMemcpyAsync in a graph", &c},
+        {"16-byte vector copy kernel in a graph", &k},
+        {"16-byte vector copy kernel, one pass, 4 loads in flight per thread, in a graph", &k4}};
+    const auto& [best_kind, best] = *std::max_element(
+        std::begin(copies), std::end(copies), [](const auto& x, const auto& y) { return x.second->gbps < y.second->gbps; });
     copy_gbps = best->gbps;
     j["copy"] = {{"kind", best_kind},
                  {"bytes_each_way", copy_bytes},

@@ -289,7 +289,6 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
     std::ofstream probe(o.json, std::ios::app);
     if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
   }
-  set_kernel_variant(o.variant);  // hip and sim plan their launches with it
   f.variant = o.variant;
   fuzz_summary s = run_fuzz(f, st.out, st.tty);
   if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/op.h"
 #include "tools/backends_registry.h"
+#include "tools/bench.h"
 #include "tools/golden_io.h"
 
 namespace ropekv {
@@ -244,6 +245,9 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
     throw arg_error("--shard", "K/N with 0 <= K < N",
                     fmt::format("{}/{}", opt.shard_index, opt.shard_count));
   }
+  // the kernel variant, process-wide (hip and sim plan every launch of the campaign with it),
+  // before any backend runs: a malformed request fails here
+  if (!opt.variant.empty()) set_kernel_variant(opt.variant);
   std::unique_ptr<backend> a = opt.factory_a();
   std::unique_ptr<backend> b = opt.factory_b();
   fuzz_summary s;
@@ -473,6 +477,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"time_limit_s", opt.time_limit_s},
             {"max_tokens", opt.max_tokens},
             {"profile", fuzz_profile_name(opt.profile)},
+            {"variant", opt.variant.empty() ? std::string("auto") : opt.variant},
             {"max_ulp", opt.cmp.max_ulp},
             {"strict", opt.cmp.strict},
             {"bitwise", opt.cmp.bitwise},

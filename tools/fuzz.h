@@ -46,8 +46,9 @@ struct fuzz_options {
   double shrink_time_s = 30;           // per failing case
   int64_t max_reported = 50;           // non-passed cases kept in the report (counts are exact)
   int64_t max_failures = 0;            // stop after this many FAILED/ERRORED cases (0: never)
-  std::string variant;                 // kernel variant applied by the caller (set_kernel_variant);
-                                       // "" or "auto": the plan's choice. Goes into replay lines.
+  std::string variant;                 // kernel variant (`--variant`): run_fuzz applies it
+                                       // (set_kernel_variant); "" leaves the process's overrides
+                                       // as they are. In replay lines and the report's config.
 };
 
 struct case_record {

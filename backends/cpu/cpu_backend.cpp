@@ -17,6 +17,7 @@
 #include "core/convert.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "core/validate.h"
 
 namespace ropekv {
@@ -32,35 +33,6 @@ struct raw_view {
   uint8_t* at(int64_t offset_elems) const { return data + offset_elems * elem_bytes; }
 };
 
-// An index vector (positions, slot_mapping: [n], i32 or i64) read in the hot loop: its dtype
-// is checked once here, so each element is one load and no call.
-struct index_reader {
-  const uint8_t* data;
-  int64_t stride_bytes;
-  bool i64;
-  explicit index_reader(const tensor_view& v)
-      : data(static_cast<const uint8_t*>(v.data)),
-        stride_bytes(v.strides_elems[0] * static_cast<int64_t>(dtype_size_bytes(v.type))),
-        i64(v.type == dtype::i64) {
-    switch (v.type) {
-      case dtype::i32:
-      case dtype::i64: break;
-      default:
-        throw error(fmt::format("reference: dtype {} is not an index dtype", dtype_name(v.type)));
-    }
-  }
-  int64_t operator[](int64_t i) const {
-    const uint8_t* p = data + i * stride_bytes;
-    if (i64) {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-};
 
 // Per-thread rows, sized once per call.
 struct scratch_rows {
@@ -212,7 +184,9 @@ void reference_run(const op_args& args) {
   const raw_view kv_c_raw(args.kv_c), k_pe_raw(args.k_pe);
   const raw_view nope_cache_raw(nope_cache), rope_cache_raw(rope_cache);
   const raw_view cos_sin_raw(args.cos_sin), cos_raw(args.cos), sin_raw(args.sin);
-  const index_reader positions(args.positions), slot_mapping(args.slot_mapping);
+  // positions, slot_mapping [Ts] (of [Tk]): read whole once per call (core/tensor.h)
+  const std::vector<int64_t> positions = read_indices(args.positions, ts);
+  const std::vector<int64_t> slot_mapping = read_indices(args.slot_mapping, ts);
 
   // Reads the cos and sin halves of the table row of token t's position into s (kept while
   // the thread works on the same token).

@@ -178,13 +178,10 @@ void hip_launch(const op_args& device_args, void* stream) {
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      if (l.params.v4_q_pairs) {
-        check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec), 2>, grid, block, s, l.pdl, l.params),
-              "kernel launch");
-      } else {
-        check(rk_launch_kernel(ropekv_gpu::rk_fast4_kernel<decltype(spec), 1>, grid, block, s, l.pdl, l.params),
-              "kernel launch");
-      }
+      void (*const kernel)(ropekv_gpu::rk_params) = l.params.v4_q_pairs
+                                                        ? ropekv_gpu::rk_fast4_kernel<decltype(spec), 2>
+                                                        : ropekv_gpu::rk_fast4_kernel<decltype(spec), 1>;
+      check(rk_launch_kernel(kernel, grid, block, s, l.pdl, l.params), "kernel launch");
     });
   } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {

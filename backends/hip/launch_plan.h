@@ -336,7 +336,6 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     // the fp8 codes came two per instruction; docs/perf.md.)
     int32_t kvs = 0;
     if (ov.v4_kv_split > 0) {
-      kvs = 0;
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
     }
     p.v4_kv_split_log2 = kvs;
