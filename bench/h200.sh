@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue #6 on one NVIDIA H200, in one call (< 5 minutes): a short device fuzz of the fast path,
+# The performance check on one NVIDIA H200, in one call (< 5 minutes): a short device fuzz of the fast path,
 # then the bench cases hot (fast_v4 = auto, and without PDL; auto twice more for the spread), two
 # cases cold, a small fast_v4 block-size / row-pair sweep at decode sizes, and the nvcc resource report. Writes everything under $OUT (default
-# ./bench-out) and prints a short table against the issue #6 targets last.
+# ./bench-out) and prints a short table against the performance targets last.
 #
 # Needs the nvcc build (see docs/perf.md "Build"):
 #   cmake -S . -B build-perf3-nv -DCMAKE_BUILD_TYPE=Release -DROPEKV_GPU=nvidia -DROPEKV_CUDA_ARCHS=90a
@@ -39,7 +39,7 @@ command -v cuobjdump > /dev/null && cuobjdump --dump-sass "$BIN" 2> /dev/null \
 #    against the reference, on the 2000-case stream.
 step fuzz 150 "$BIN" fuzz --backends ref,hip --profile aligned16 --cases 2000 --max-tokens 64 --json "$OUT/fuzz-ref-hip.json"
 
-# 2. Every issue #6 case, bf16 and fp8 caches, copy and zero-copy: auto (fast_v4, specialised,
+# 2. Every benchmark case, bf16 and fp8 caches, copy and zero-copy: auto (fast_v4, specialised,
 #    with programmatic dependent launch), nopdl (the same kernel, plain launches), v3 (the previous
 #    kernel).
 step bench-hot 240 "$BIN" bench --backend hip --variant auto,nopdl --mode copy,zero_copy \

@@ -337,7 +337,7 @@ void check_problem(const problem& p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Random problems (issue #3's generator).
+// Random problems (the fuzzer's generator).
 
 namespace {
 

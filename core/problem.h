@@ -64,7 +64,7 @@ problem parse_problem(std::string_view repro);
 // arg_error naming the field.
 void check_problem(const problem& p);
 
-// A random problem covering every option (issue #3's generator), from (seed, case_index).
+// A random problem covering every option (the fuzzer's generator), from (seed, case_index).
 // max_tokens bounds Tq/Ts/Tk (<= 4096).
 problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens = 4096);
 

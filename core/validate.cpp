@@ -417,7 +417,7 @@ void validate(const op_args& args, bool check_values) {
   }
 
   // --- outputs must not overlap each other or any input. The in-place q_pe / k_pe are outputs
-  // (and then not inputs). Exception (issue #6, zero-copy concat): q_nope may be exactly the
+  // (and then not inputs). Exception (zero-copy concat): q_nope may be exactly the
   // first Dn columns of q_out (same pointer, dtype and outer strides); the copy is an identity.
   std::vector<named_view> outputs = {{"q_out", &args.q_out}};
   if (opt.layout == cache_layout::joint) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile checks of the GPU backend (issue #5), each in its own build folder; exits non-zero on
+# Compile checks of the GPU backend, each in its own build folder; exits non-zero on
 # the first failure. No GPU needed.
 #   1. nvidia: nvcc, sm_90a only (CI time), target ropekv_hip
 #   2. amd:    Debian's hipcc (clang-15), gfx90a, target ropekv_hip

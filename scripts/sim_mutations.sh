@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Planted-bug check of the sim tests (issue #5): builds the sim with each kernel mutation
+# Planted-bug check of the sim tests: builds the sim with each kernel mutation
 # (ROPEKV_MUTATION=1 off-by-one entry offset, 2 wrong neox rope partner, 3 dropped vector tail)
 # and runs tests/cpp/test_sim.cpp against each; every one must FAIL (ctest WILL_FAIL), so this
 # script exits 0 only when all three mutations are caught.

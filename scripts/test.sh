@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (2): the whole test suite.
 #   1. installs and builds what is missing (scripts/setup.sh), makes the Python venv
-#      (numpy, ml_dtypes, safetensors, pytest) in build/venv;
+#      in build/venv from the lock tests/python/requirements.txt (exact pins);
 #   2. ctest: C++ unit tests (doctest), Python tests (pytest: ml_dtypes cross-checks, numpy
 #      oracle vs reference, CLI), 2000 random cases of ref vs sim;
 #   3. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
@@ -21,7 +21,10 @@ stamp="$venv/.ropekv-requirements"
 if [ ! -f "$stamp" ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
   echo "test: preparing $venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+  # The lock pins every package, dependencies included: --no-deps installs exactly it, and
+  # pip check fails if a pinned package needs something the lock lacks.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r tests/python/requirements.txt
+  "$venv/bin/python" -m pip check --disable-pip-version-check
   cp tests/python/requirements.txt "$stamp"
 fi
 

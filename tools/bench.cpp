@@ -1,4 +1,4 @@
-// `ropekv bench` (issue #6). See tools/bench.h and docs/perf.md.
+// `ropekv bench`. See tools/bench.h and docs/perf.md.
 #include "tools/bench.h"
 
 #include <CLI/CLI.hpp>
@@ -315,7 +315,7 @@ void apply_zero_copy(case_data& c) {
 CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   CLI::App* b = app.add_subcommand("bench", "Timing: us per call, bytes moved, GB/s and % of a copy measured in the same run");
   b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref");
-  b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the issue #6 list for the backend");
+  b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend");
   b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)");
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();

@@ -1,4 +1,4 @@
-// `ropekv bench` (issue #6): timing of a backend on model-sized cases, bytes moved, bandwidth
+// `ropekv bench`: timing of a backend on model-sized cases, bytes moved, bandwidth
 // against a copy measured in the same run, JSON report. Wired into the CLI by cli.cpp:
 //   bench_opts bo;  CLI::App* bench = add_bench_command(app, bo);  ...  if (*bench) return run_bench(bo, st.out, st.err);
 #pragma once

@@ -1,4 +1,4 @@
-// Device-side timing for `ropekv bench` (issue #6). Host-only header: no GPU types leak to
+// Device-side timing for `ropekv bench`. Host-only header: no GPU types leak to
 // tools/. Implemented in hip_bench.hip (nvcc: hip_bench.cu), compiled with the hip backend.
 #pragma once
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Device-side timing for `ropekv bench` (issue #6): events around graph replays of the op.
+// Device-side timing for `ropekv bench`: events around graph replays of the op.
 // HIP source; nvcc compiles it through hip_bench.cu. Only HIP names mapped in gpu_compat.h.
 #include "backends/hip/gpu_compat.h"
 

@@ -135,7 +135,7 @@ ROPEKV_HOST_DEVICE uint32_t rk_encode_bf16(float v) {
 }
 
 // Encodes fp32 into format t (RNE). fp8 saturates; f16/bf16 overflow to inf (core/SPEC.md).
-// f16 and fp8 go through fp8_encode.h's branch-free encoders (issue #6: ~13-16 instructions
+// f16 and fp8 go through fp8_encode.h's branch-free encoders (~13-16 instructions
 // instead of ~60): bit-exact to rk_encode_narrow above, which stays as their readable definition
 // (tests/cpp/test_fp8_encode.cpp checks one against the other; all 2^32 inputs were checked once).
 ROPEKV_HOST_DEVICE uint32_t rk_encode(int32_t t, float v) {
@@ -297,7 +297,7 @@ struct rk_params {
   int32_t k_mul, q_mul;
   // launch shape
   int64_t heads_per_block;
-  // fast path (issue #6), chosen on the host (launch_plan.h) when its preconditions hold:
+  // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
   // q_nope/q_pe 2-byte (f16|bf16) and q_out the same dtype, Dn % 8 == 0, Dr % 8 == 0, every q
   // row and cos/sin row aligned for 16-byte (q) and 4-value (table) vector accesses.
   int32_t fast_q;
@@ -480,7 +480,7 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   }
 }
 
-// ------------------------------------------------------------------ fast path (issue #6)
+// ------------------------------------------------------------------ fast path
 // Preconditions (checked on the host, launch_plan.h rk_fast_q_ok): q_nope/q_pe f16 or bf16,
 // q_out the same dtype; Dn % 8 == 0, Dr % 8 == 0; q_nope, q_pe, q_out rows 16-byte aligned (base
 // and both outer strides); cos and sin rows aligned to 4 table values; table f16|bf16|f32.
@@ -670,7 +670,7 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
   }
 }
 
-// ------------------------------------------------------------------ fast_v3 (issue #6)
+// ------------------------------------------------------------------ fast_v3
 // One thread per 16-byte chunk (8 elements of 16 bits) of output, no loops over heads or rows.
 // grid.y strides over tokens; grid.x * blockDim.x covers the chunks of one token, ordered so
 // that a warp runs one kind of chunk (rk_v3_chunk): the q nope chunks of all heads, then the q
@@ -684,7 +684,7 @@ ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const
 // same dtype or fp8; Dn % 8 == 0; Dr % 8 (gptj) or % 16 (neox) == 0; every row 16-byte aligned
 // (8-byte for an fp8 cache); table rows aligned to 4 values; no in-place rope.
 
-// Compile-time specialisation (issue #6): fast_v3 is a template over the few things that change
+// Compile-time specialisation: fast_v3 is a template over the few things that change
 // its code: q/kv dtype (Q, also kv's), cache dtype (C), rope style (NEOX), table dtype (T). A
 // value rk_v3_dyn means "read it from rk_params at run time": rk_v3_generic is the one
 // instantiation that covers every problem the plan accepts. The host picks the instantiation
@@ -916,7 +916,7 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
   for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk<S>(p, t, c);
 }
 
-// ------------------------------------------------------------------ fast_v4 (issue #6)
+// ------------------------------------------------------------------ fast_v4
 // One group of 32 consecutive threads per row (no warp intrinsics: on a 64-wide AMD wavefront a
 // wave holds two groups). A row is a q_out row (token t, head h) or a cache entry (token t),
 // each [Dn nope | Dr rope]. Lane l of the group copies nope chunks l, l + 32, ... (8 elements,

@@ -60,7 +60,7 @@ inline int32_t rk_dtype_of(ropekv::dtype t, const char* arg) {
 }
 
 // Heads per block: enough work for one block of rk_block_threads threads (about two units per
-// thread), so that 1 token x 128 heads still gives many blocks. Issue #6 tunes this.
+// thread), so that 1 token x 128 heads still gives many blocks. The performance rounds (docs/perf.md) tune this.
 inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec) {
   const int64_t units_per_head = (dn + vec - 1) / vec + dr / 2;
   int64_t hpb = (2 * static_cast<int64_t>(rk_block_threads)) / (units_per_head > 0 ? units_per_head : 1);

@@ -1,4 +1,4 @@
-// Kernel-variant overrides for benchmarking and testing (issue #6): plain C++, no GPU header,
+// Kernel-variant overrides for benchmarking and testing: plain C++, no GPU header,
 // so tools/ can set them. launch_plan.h reads them when it builds a launch (hip and sim alike).
 // Defaults (all zero) = the plan's own choice.
 #pragma once

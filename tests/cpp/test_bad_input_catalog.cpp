@@ -1,4 +1,4 @@
-// Issue #7: the bad-input catalog. Each row starts from a valid case built by make_case (bf16
+// The bad-input catalog. Each row starts from a valid case built by make_case (bf16
 // inputs and outputs, both in-place options on, real strides), breaks exactly one thing, and
 // runs the call through backend::run_host of EVERY backend compiled in (ref, sim, and hip in a
 // GPU build). For each row and backend:

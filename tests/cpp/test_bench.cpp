@@ -1,4 +1,4 @@
-// Issue #6: the kernel's fast q path and zero-copy concat (through the sim), the byte count of
+// The kernel's fast q path and zero-copy concat (through the sim), the byte count of
 // `ropekv bench`, and `ropekv bench` itself on the CPU backends.
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// core/compare: the rope rule (issue #3's cancellation line), region reports, outcomes.
+// core/compare: the rope rule (the cancellation line), region reports, outcomes.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // rk_encode_narrow, bit for bit, on stratified subsets of all f32 bit patterns that cover every
 // exponent and sign and the rounding boundaries (ties, just above, just below) of every output
 // exponent, normal and subnormal. All 2^32 patterns were checked once outside CI (see the
-// report of issue #6); this test keeps a few seconds' worth.
+// report of the performance work); this test keeps a few seconds' worth.
 #include <doctest/doctest.h>
 
 #include <cstdint>

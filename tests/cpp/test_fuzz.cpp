@@ -1,4 +1,4 @@
-// Issue #4 acceptance: the fuzz engine catches deliberately broken backends within 200 cases,
+// The fuzz engine catches deliberately broken backends within 200 cases,
 // shrinks each failure, and the shrunk repro replays the failure (in-process and via the CLI).
 #include <doctest/doctest.h>
 

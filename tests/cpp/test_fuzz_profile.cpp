@@ -1,4 +1,4 @@
-// `ropekv fuzz --profile aligned16` (issue #6 support): coerce_aligned16 keeps the problem's
+// `ropekv fuzz --profile aligned16` (the fast-path profile): coerce_aligned16 keeps the problem's
 // other choices and lands in the GPU fast paths' domain (checked against launch_plan.h's own
 // eligibility, rk_v4_refusal), the campaign passes ref vs sim with fast_v4 taking most cases,
 // shrinking stays inside the profile, and shards / merge / replay commands carry the profile.

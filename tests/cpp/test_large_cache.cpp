@@ -1,4 +1,4 @@
-// Issue #7: caches of more than 2^31 (and 2^32) elements are addressed with 64-bit offsets by the
+// Caches of more than 2^31 (and 2^32) elements are addressed with 64-bit offsets by the
 // reference and by the sim (the HIP kernel body on the CPU). vLLM narrows cache strides to a
 // 32-bit int; a kernel that does so writes the wrong entry here.
 //

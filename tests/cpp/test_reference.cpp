@@ -332,7 +332,7 @@ TEST_CASE("reference: Tq = 0 and Ts = 0 are no-ops; Tq = 0 with Ts > 0 writes on
   CHECK(d.cache_bytes_changed_outside({0}) == 0);
 }
 
-TEST_CASE("reference: exact value where an fp32 evaluation cancels (issue #3)") {
+TEST_CASE("reference: exact value where an fp32 evaluation cancels ") {
   // gptj pair (a, b) with a = C = 1 + 2^-23, b = -(1 + 2^-22), S = -(1 + 2^-23):
   //   a' = a*C + R(a)*S = a*C + (-b)*S
   //      = (1 + 2^-22 + 2^-46) - (1 + 3*2^-23 + 2^-45) = -(2^-23 + 2^-46)      (exact)

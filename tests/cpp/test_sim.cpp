@@ -55,7 +55,7 @@ void check_passes(const std::string& repro) {
   INFO(repro);
   INFO(format_case_report(r.report, true));
   CHECK(r.report.outcome == case_outcome::passed);
-  // general path (fused_v1) or a fast path (fast_v2, fast_v3, fast_v4, issue #6), chosen by
+  // general path (fused_v1) or a fast path (fast_v2, fast_v3, fast_v4), chosen by
   // launch_plan.h
   CHECK((r.variant.rfind("fused_v1", 0) == 0 || r.variant.rfind("fast_v2", 0) == 0 ||
          r.variant.rfind("fast_v3", 0) == 0 || r.variant.rfind("fast_v4", 0) == 0));

@@ -1,4 +1,4 @@
-"""Issue #7: the CLI half of the bad-input catalog.
+"""The CLI half of the bad-input catalog.
 
 Every row is one bad command line or one unreadable input file. Each must end the process with
 exit code 2, print nothing on stdout, and print exactly one line on stderr, of the form

@@ -1,5 +1,5 @@
 """Every committed golden case in data/golden/ is re-derived by the numpy oracle, byte for byte
-(issue #4). Needs no C++ build."""
+(golden data). Needs no C++ build."""
 import pytest
 
 from oracle.check import check_golden, golden_files
