@@ -28,7 +28,9 @@ class backend {
   // else: a case it does not cover is reported here.
   virtual std::string unsupported_reason(const op_args& args) const = 0;
   // Runs the op on views in host memory. `regions` cover every byte the views can touch.
-  // Validates first (core/validate.h): a failed call writes nothing.
+  // Validates first (core/validate.h): a failed call writes nothing. A backend that learns only
+  // here that it does not cover the args (a user's kernel saying so) throws unsupported_error
+  // before writing anything: the harness reports the case SKIPPED, not ERRORED.
   virtual void run_host(const op_args& args, const std::vector<memory_region>& regions) = 0;
   // Which kernel variant ran last (for reports); "" when not meaningful.
   virtual std::string last_variant() const { return {}; }

@@ -205,75 +205,125 @@ bool problem::operator==(const problem& o) const {
          f64_bits(amplitude) == f64_bits(o.amplitude) && seed == o.seed;
 }
 
-problem parse_problem(std::string_view repro) {
-  problem p;
-  std::set<std::string, std::less<>> seen;
+namespace {
+
+// Splits "key=value key=value ..." into tokens; `arg` names the argument in errors.
+std::vector<std::pair<std::string_view, std::string_view>> repro_tokens(std::string_view text,
+                                                                         const char* arg) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
   size_t i = 0;
-  const size_t n = repro.size();
+  const size_t n = text.size();
   auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   while (i < n) {
-    while (i < n && is_space(repro[i])) ++i;
+    while (i < n && is_space(text[i])) ++i;
     if (i >= n) break;
     size_t j = i;
-    while (j < n && !is_space(repro[j])) ++j;
-    std::string_view token = repro.substr(i, j - i);
+    while (j < n && !is_space(text[j])) ++j;
+    std::string_view token = text.substr(i, j - i);
     i = j;
     size_t eq = token.find('=');
     if (eq == std::string_view::npos || eq == 0)
-      throw arg_error("repro", "key=value tokens separated by spaces", fmt::format("'{}'", token));
+      throw arg_error(arg, "key=value tokens separated by spaces", fmt::format("'{}'", token));
     std::string_view key = token.substr(0, eq);
-    std::string_view val = token.substr(eq + 1);
     bool known = false;
     for (size_t k = 0; k < num_repro_keys; ++k) known = known || key == repro_keys[k];
-    if (!known) throw arg_error("repro", key_list(), fmt::format("'{}'", key));
+    if (!known) throw arg_error(arg, key_list(), fmt::format("'{}'", key));
+    out.emplace_back(key, token.substr(eq + 1));
+  }
+  return out;
+}
+
+// Sets one field from its repro key and text; throws arg_error naming the key.
+void set_problem_key(problem& p, std::string_view key, std::string_view val) {
+  std::string k(key);
+  const char* kc = k.c_str();
+  if (key == "tq") p.tq = parse_i64(key, val);
+  else if (key == "ts") p.ts = parse_i64(key, val);
+  else if (key == "tk") p.tk = parse_i64(key, val);
+  else if (key == "h") p.heads = parse_i64(key, val);
+  else if (key == "dn") p.dn = parse_i64(key, val);
+  else if (key == "dr") p.dr = parse_i64(key, val);
+  else if (key == "p") p.table_rows = parse_i64(key, val);
+  else if (key == "bs") p.block_size = parse_i64(key, val);
+  else if (key == "nb") p.num_blocks = parse_i64(key, val);
+  else if (key == "in") p.in_dtype = parse_dtype(val, kc);
+  else if (key == "table_dtype") p.table_dtype = parse_dtype(val, kc);
+  else if (key == "pos") p.pos_dtype = parse_dtype(val, kc);
+  else if (key == "slot") p.slot_dtype = parse_dtype(val, kc);
+  else if (key == "qo") p.q_out_dtype = parse_dtype(val, kc);
+  else if (key == "cache") p.cache_dtype = parse_dtype(val, kc);
+  else if (key == "table") p.table = parse_enum<table_kind>(val, kc);
+  else if (key == "style") p.opt.style = parse_enum<rope_style>(val, kc);
+  else if (key == "layout") p.opt.layout = parse_enum<cache_layout>(val, kc);
+  else if (key == "order") p.opt.order = parse_enum<row_order>(val, kc);
+  else if (key == "scale_conv") p.opt.scale = parse_enum<scale_conv>(val, kc);
+  else if (key == "pad_q") p.opt.padding = parse_enum<pad_q>(val, kc);
+  else if (key == "pos_oob") p.opt.positions = parse_enum<pos_oob>(val, kc);
+  else if (key == "inplace_q") p.opt.inplace_q = parse_flag(key, val);
+  else if (key == "inplace_k") p.opt.inplace_k = parse_flag(key, val);
+  else if (key == "k_scale") p.k_scale = parse_f32(key, val);
+  else if (key == "q_scale") p.q_scale = parse_f32(key, val);
+  else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
+  else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
+  else if (key == "row_pad") p.row_pad_elems = parse_i64(key, val);
+  else if (key == "entry_pad") p.entry_pad_elems = parse_i64(key, val);
+  else if (key == "block_pad") p.block_pad_elems = parse_i64(key, val);
+  else if (key == "table_pad") p.table_pad_elems = parse_i64(key, val);
+  else if (key == "pad_slots") p.pad_slots = parse_i64(key, val);
+  else if (key == "pad_at") p.pad_where = parse_enum<pad_at>(val, kc);
+  else if (key == "positions") p.positions = parse_enum<pos_mode>(val, kc);
+  else if (key == "rope_table") {
+    if (val.empty()) throw arg_error("rope_table", "random or a preset name", "''");
+    p.rope_table = std::string(val);
+  } else if (key == "amp") p.amplitude = parse_f64(key, val);
+  else if (key == "seed") p.seed = parse_u64(key, val);
+  else throw error(fmt::format("parse_problem: key '{}' listed but not handled", key));
+}
+
+}  // namespace
+
+problem parse_problem(std::string_view repro) {
+  problem p;
+  std::set<std::string, std::less<>> seen;
+  for (auto [key, val] : repro_tokens(repro, "repro")) {
     if (!seen.insert(std::string(key)).second)
       throw arg_error(std::string(key), "the key once", "it twice");
-    std::string k(key);
-    const char* kc = k.c_str();
-    if (key == "tq") p.tq = parse_i64(key, val);
-    else if (key == "ts") p.ts = parse_i64(key, val);
-    else if (key == "tk") p.tk = parse_i64(key, val);
-    else if (key == "h") p.heads = parse_i64(key, val);
-    else if (key == "dn") p.dn = parse_i64(key, val);
-    else if (key == "dr") p.dr = parse_i64(key, val);
-    else if (key == "p") p.table_rows = parse_i64(key, val);
-    else if (key == "bs") p.block_size = parse_i64(key, val);
-    else if (key == "nb") p.num_blocks = parse_i64(key, val);
-    else if (key == "in") p.in_dtype = parse_dtype(val, kc);
-    else if (key == "table_dtype") p.table_dtype = parse_dtype(val, kc);
-    else if (key == "pos") p.pos_dtype = parse_dtype(val, kc);
-    else if (key == "slot") p.slot_dtype = parse_dtype(val, kc);
-    else if (key == "qo") p.q_out_dtype = parse_dtype(val, kc);
-    else if (key == "cache") p.cache_dtype = parse_dtype(val, kc);
-    else if (key == "table") p.table = parse_enum<table_kind>(val, kc);
-    else if (key == "style") p.opt.style = parse_enum<rope_style>(val, kc);
-    else if (key == "layout") p.opt.layout = parse_enum<cache_layout>(val, kc);
-    else if (key == "order") p.opt.order = parse_enum<row_order>(val, kc);
-    else if (key == "scale_conv") p.opt.scale = parse_enum<scale_conv>(val, kc);
-    else if (key == "pad_q") p.opt.padding = parse_enum<pad_q>(val, kc);
-    else if (key == "pos_oob") p.opt.positions = parse_enum<pos_oob>(val, kc);
-    else if (key == "inplace_q") p.opt.inplace_q = parse_flag(key, val);
-    else if (key == "inplace_k") p.opt.inplace_k = parse_flag(key, val);
-    else if (key == "k_scale") p.k_scale = parse_f32(key, val);
-    else if (key == "q_scale") p.q_scale = parse_f32(key, val);
-    else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
-    else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
-    else if (key == "row_pad") p.row_pad_elems = parse_i64(key, val);
-    else if (key == "entry_pad") p.entry_pad_elems = parse_i64(key, val);
-    else if (key == "block_pad") p.block_pad_elems = parse_i64(key, val);
-    else if (key == "table_pad") p.table_pad_elems = parse_i64(key, val);
-    else if (key == "pad_slots") p.pad_slots = parse_i64(key, val);
-    else if (key == "pad_at") p.pad_where = parse_enum<pad_at>(val, kc);
-    else if (key == "positions") p.positions = parse_enum<pos_mode>(val, kc);
-    else if (key == "rope_table") {
-      if (val.empty()) throw arg_error("rope_table", "random or a preset name", "''");
-      p.rope_table = std::string(val);
-    } else if (key == "amp") p.amplitude = parse_f64(key, val);
-    else if (key == "seed") p.seed = parse_u64(key, val);
-    else throw error(fmt::format("parse_problem: key '{}' listed but not handled", key));
+    set_problem_key(p, key, val);
   }
   check_problem(p);
   return p;
+}
+
+void check_pins(std::string_view pins) {
+  problem p;
+  std::set<std::string, std::less<>> seen;
+  for (auto [key, val] : repro_tokens(pins, "--pin")) {
+    if (!seen.insert(std::string(key)).second)
+      throw arg_error("--pin", "each key once", fmt::format("'{}' twice", key));
+    set_problem_key(p, key, val);
+  }
+}
+
+problem pin_problem(problem p, std::string_view pins) {
+  std::set<std::string, std::less<>> pinned;
+  for (auto [key, val] : repro_tokens(pins, "--pin")) {
+    set_problem_key(p, key, val);
+    pinned.insert(std::string(key));
+  }
+  if (pinned.empty()) return p;
+  auto free = [&](const char* key) { return pinned.count(key) == 0; };
+  // Keep what the generator derived from a pinned size consistent with it.
+  if (free("ts")) p.ts = std::max(p.ts, p.tq);
+  if (free("tk")) p.tk = std::max(p.tk, p.ts);
+  if (free("ts")) p.ts = std::min(p.ts, p.tk);
+  if (free("tq")) p.tq = std::min(p.tq, p.ts);
+  if (free("pad_slots")) p.pad_slots = std::min(p.pad_slots, p.ts);
+  if (free("nb") && p.block_size > 0) {
+    const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
+    p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
+  }
+  check_problem(p);
+  return parse_problem(p.to_repro());
 }
 
 void check_problem(const problem& p) {

@@ -64,6 +64,15 @@ problem parse_problem(std::string_view repro);
 // arg_error naming the field.
 void check_problem(const problem& p);
 
+// `pins`: "key=value ..." in repro syntax (`--pin`): `p` with those keys set, and the sizes the
+// generator derives from them kept consistent where not pinned themselves (ts, tk within tq's
+// order, pad_slots <= ts, enough cache blocks). Returns the canonical form; throws arg_error
+// naming the key for a malformed pin, or the field when the pinned problem breaks a constraint.
+problem pin_problem(problem p, std::string_view pins);
+// Checks the syntax and values of a pin string alone (unknown key, malformed value, a key
+// twice): arg_error naming "--pin" or the key. A pin that suits no problem surfaces later.
+void check_pins(std::string_view pins);
+
 // A random problem covering every option (the fuzzer's generator), from (seed, case_index).
 // max_tokens bounds Tq/Ts/Tk (<= 4096).
 problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens = 4096);

@@ -6,6 +6,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
+#include "tools/bench.h"
 #if ROPEKV_HAVE_HIP
 #include "backends/hip/hip_backend.h"
 #endif
@@ -17,8 +18,13 @@ std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, backend_factory>& test_backends() {
-  static std::map<std::string, backend_factory> m;
+struct registered_backend {
+  backend_factory factory;
+  std::string replay_prefix;
+};
+// Backends registered at run time: a Python kernel (the Python package), test backends.
+std::map<std::string, registered_backend>& test_backends() {
+  static std::map<std::string, registered_backend> m;
   return m;
 }
 
@@ -69,7 +75,7 @@ backend_factory find_backend(std::string_view name) {
   if (canon == "hip") return [] { return make_hip_backend(); };
 #endif
   std::lock_guard<std::mutex> lock(registry_mutex());
-  return test_backends().at(canon);
+  return test_backends().at(canon).factory;
 }
 
 std::string default_other_backend() {
@@ -80,14 +86,30 @@ std::string default_other_backend() {
 #endif
 }
 
-void register_test_backend(const std::string& name, backend_factory factory) {
+void register_backend(const std::string& name, backend_factory factory, const std::string& replay_prefix) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  test_backends()[name] = std::move(factory);
+  test_backends()[name] = registered_backend{std::move(factory), replay_prefix};
+}
+
+void register_test_backend(const std::string& name, backend_factory factory) {
+  register_backend(name, std::move(factory), "");
 }
 
 void unregister_test_backend(const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   test_backends().erase(name);
+}
+
+fuzz_options with_registry(fuzz_options opt) {
+  if (!opt.factory_a) opt.factory_a = find_backend(opt.backend_a);
+  if (!opt.factory_b) opt.factory_b = find_backend(opt.backend_b);
+  if (!opt.apply_variant) opt.apply_variant = set_kernel_variant;
+  if (opt.replay_prefix.empty()) {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = test_backends().find(opt.backend_b);
+    if (it != test_backends().end()) opt.replay_prefix = it->second.replay_prefix;
+  }
+  return opt;
 }
 
 }  // namespace ropekv

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "harness/fuzz.h"
 
 namespace ropekv {
 
@@ -17,11 +18,19 @@ std::vector<std::string> compiled_backend_names();
 std::string canonical_backend_name(std::string_view name);
 backend_factory find_backend(std::string_view name);
 
+// `opt` with factory_a / factory_b resolved from backend_a / backend_b (where not set already)
+// and apply_variant = the kernel-variant override of hip and sim (tools/bench.h).
+fuzz_options with_registry(fuzz_options opt);
+
 // The best non-reference backend compiled in: hip > sim.
 std::string default_other_backend();
 
-// For tests only (the CLI never calls it): makes `name` resolvable by find_backend, so that
-// cli_main can be driven with a deliberately broken backend. Replaces an earlier registration.
+// Makes `name` resolvable by find_backend (replacing an earlier registration): a backend that
+// exists only at run time, e.g. the Python package's wrapper of a user's kernel. When it is the
+// tested side of a campaign, replay lines start with `replay_prefix` ("" for the CLI's own
+// "ropekv fuzz --backends A,B").
+void register_backend(const std::string& name, backend_factory factory, const std::string& replay_prefix);
+// For tests: register_backend without a replay prefix (cli_main driven with a broken backend).
 void register_test_backend(const std::string& name, backend_factory factory);
 void unregister_test_backend(const std::string& name);
 

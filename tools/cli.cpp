@@ -20,8 +20,8 @@
 #include "core/problem.h"
 #include "tools/backends_registry.h"
 #include "tools/bench.h"
-#include "tools/fuzz.h"
-#include "tools/golden_io.h"
+#include "harness/fuzz.h"
+#include "harness/golden_io.h"
 
 namespace ropekv {
 
@@ -237,6 +237,7 @@ struct fuzz_cli_opts {
   bool strict = false, bitwise = false, no_shrink = false;
   std::string shrink_time = "30s";
   std::string variant = "auto";
+  std::string pin;
 };
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -290,6 +291,9 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
     if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
   }
   f.variant = o.variant;
+  f.pins = o.pin;
+  if (!f.pins.empty()) check_pins(f.pins);
+  f = with_registry(f);
   fuzz_summary s = run_fuzz(f, st.out, st.tty);
   if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
   return (s.counts.failed + s.counts.errored) > 0 ? 1 : 0;
@@ -455,6 +459,9 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                    "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
                    "general); auto = the launch plan's choice")
       ->capture_default_str();
+  fuzz->add_option("--pin", fo.pin,
+                   "Keys every random case keeps, in repro syntax (e.g. 'dn=512 dr=64 cache=fp8_e4m3fn'): "
+                   "fuzz only the domain your kernel claims; the rest stays random");
   fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX");
   fuzz->footer(fuzz_footer);
 

@@ -9,7 +9,7 @@
 #include "core/compare.h"
 #include "core/convert.h"
 #include "core/rng.h"
-#include "tools/fuzz.h"
+#include "harness/fuzz.h"
 
 namespace ropekv {
 namespace {

@@ -12,7 +12,7 @@
 #include "core/problem.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
-#include "tools/fuzz.h"
+#include "harness/fuzz.h"
 
 namespace ropekv {
 namespace {
@@ -152,7 +152,7 @@ TEST_CASE("fuzz catches each planted bug within 200 cases, shrinks it, and the r
     opt.max_failures = 1;
     opt.shrink_time_s = 4;
     std::ostringstream out;
-    fuzz_summary s = run_fuzz(opt, out, false);
+    fuzz_summary s = run_fuzz(with_registry(opt), out, false);
     INFO(out.str());
     if (std::getenv("ROPEKV_TEST_VERBOSE")) MESSAGE(out.str());
     REQUIRE(s.counts.failed == 1);
@@ -215,7 +215,7 @@ TEST_CASE("ref vs ref and ref vs sim pass a short campaign") {
     opt.cases = 25;
     opt.max_tokens = 16;
     std::ostringstream out;
-    fuzz_summary s = run_fuzz(opt, out, false);
+    fuzz_summary s = run_fuzz(with_registry(opt), out, false);
     INFO(out.str());
     CHECK(s.counts.failed == 0);
     CHECK(s.counts.errored == 0);
@@ -238,7 +238,7 @@ TEST_CASE("shards partition the case stream; merge equals the unsharded run") {
     opt.shard_index = k;
     opt.shard_count = n;
     std::ostringstream out;
-    return fuzz_report_json(opt, run_fuzz(opt, out, false));
+    return fuzz_report_json(opt, run_fuzz(with_registry(opt), out, false));
   };
   nlohmann::json whole = run(0, 1);
   nlohmann::json merged = merge_reports({run(1, 2), run(0, 2)});
@@ -266,7 +266,7 @@ TEST_CASE("shards partition the case stream; merge equals the unsharded run") {
 #include <unistd.h>
 
 #include "core/golden.h"
-#include "tools/golden_io.h"
+#include "harness/golden_io.h"
 
 namespace ropekv {
 TEST_CASE("--dump writes a failing case as a readable golden file with both outputs") {
@@ -283,7 +283,7 @@ TEST_CASE("--dump writes a failing case as a readable golden file with both outp
   opt.shrink = false;
   opt.dump_dir = dir.string();
   std::ostringstream out;
-  fuzz_summary s = run_fuzz(opt, out, false);
+  fuzz_summary s = run_fuzz(with_registry(opt), out, false);
   REQUIRE(s.counts.failed == 1);
   const std::string path = s.notable.back().dumped_to;
   INFO(out.str());

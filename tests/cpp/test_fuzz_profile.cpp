@@ -18,7 +18,7 @@
 #include "core/problem.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
-#include "tools/fuzz.h"
+#include "harness/fuzz.h"
 
 #ifndef ROPEKV_SIM
 #define ROPEKV_SIM 1
@@ -138,7 +138,7 @@ TEST_CASE("fuzz --profile aligned16: ref vs sim passes, fast_v4 takes most cases
   opt.max_tokens = 16;
   opt.profile = fuzz_profile::aligned16;
   std::ostringstream out;
-  const fuzz_summary s = run_fuzz(opt, out, false);
+  const fuzz_summary s = run_fuzz(with_registry(opt), out, false);
   INFO(out.str());
   CHECK(s.counts.failed == 0);
   CHECK(s.counts.errored == 0);
@@ -168,7 +168,7 @@ TEST_CASE("fuzz --profile aligned16: a failure shrinks inside the profile and re
   opt.shrink_time_s = 10;
   opt.profile = fuzz_profile::aligned16;
   std::ostringstream out;
-  const fuzz_summary s = run_fuzz(opt, out, false);
+  const fuzz_summary s = run_fuzz(with_registry(opt), out, false);
   INFO(out.str());
   REQUIRE(s.counts.failed == 1);
   const case_record& rec = s.notable.back();
@@ -211,7 +211,7 @@ TEST_CASE("fuzz --profile: shards merge to the unsharded run; campaigns of two p
     opt.shard_index = k;
     opt.shard_count = n;
     std::ostringstream out;
-    return fuzz_report_json(opt, run_fuzz(opt, out, false));
+    return fuzz_report_json(opt, run_fuzz(with_registry(opt), out, false));
   };
   const nlohmann::json whole = run(fuzz_profile::aligned16, 0, 1);
   const nlohmann::json merged = merge_reports({run(fuzz_profile::aligned16, 1, 2), run(fuzz_profile::aligned16, 0, 2)});
@@ -272,9 +272,78 @@ TEST_CASE("fuzz --variant: applied to the sim's plan, in the replay line, checke
   opt.shrink = false;
   opt.variant = "gpb=8+qp=1";
   std::ostringstream out;
-  const fuzz_summary s = run_fuzz(opt, out, false);
+  const fuzz_summary s = run_fuzz(with_registry(opt), out, false);
   REQUIRE(s.counts.failed == 1);
   CHECK(s.notable.back().replay.find("--variant 'gpb=8+qp=1'") != std::string::npos);
+}
+
+TEST_CASE("fuzz --pin: every drawn problem keeps the pinned keys, the rest stays random") {
+  const std::string pins = "dn=512 dr=64 cache=fp8_e4m3fn layout=split tq=3";
+  std::map<std::string, int> heads_seen, styles_seen;
+  int drawn = 0;
+  for (uint64_t i = 0; i < 300; ++i) {
+    problem p;
+    try {
+      p = profile_problem(fuzz_profile::any, 5, i, 64, pins);
+    } catch (const arg_error&) {
+      continue;  // a pin that suits no problem of this draw: counted SKIPPED by run_fuzz
+    }
+    ++drawn;
+    CHECK(p.dn == 512);
+    CHECK(p.dr == 64);
+    CHECK(p.cache_dtype == dtype::fp8_e4m3fn);
+    CHECK(p.opt.layout == cache_layout::split);
+    CHECK(p.tq == 3);
+    CHECK(p.ts >= 3);
+    CHECK(p.tk >= p.ts);
+    CHECK(parse_problem(p.to_repro()) == p);
+    heads_seen[std::to_string(p.heads)]++;
+    styles_seen[std::string(to_string(p.opt.style))]++;
+  }
+  CHECK(drawn >= 290);
+  CHECK(heads_seen.size() >= 4);
+  CHECK(styles_seen.size() == 2);
+  // the profile's coercion and the pins together: aligned16 with a pinned f16 input
+  for (uint64_t i = 0; i < 50; ++i) {
+    const problem p = profile_problem(fuzz_profile::aligned16, 6, i, 32, "in=f16 qo=f16");
+    CHECK(p.in_dtype == dtype::f16);
+    CHECK(p.q_out_dtype == dtype::f16);
+  }
+  CHECK_THROWS_WITH_AS(check_pins("dn=512 bogus=1"), doctest::Contains("--pin"), arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("dn=x"), doctest::Contains("dn: expected a decimal integer"), arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("dn=8 dn=16"), doctest::Contains("twice"), arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("dn"), doctest::Contains("key=value"), arg_error);
+  check_pins("");
+}
+
+TEST_CASE("fuzz --pin: the campaign and its shrinking stay in the pinned domain") {
+  // A backend that breaks only split caches: pinned to layout=split, every case fails, and the
+  // shrunk repro still has layout=split (the shrinker's "joint" edit is undone by the pin).
+  fuzz_options opt;
+  opt.backend_a = "ref";
+  opt.backend_b = "broken-qbit";
+  opt.factory_a = [] { return make_cpu_backend(); };
+  opt.factory_b = [] { return std::unique_ptr<backend>(new q_out_bit_flip()); };
+  opt.cases = 3;
+  opt.max_tokens = 8;
+  opt.max_failures = 1;
+  opt.shrink_time_s = 5;
+  opt.pins = "layout=split h=2";
+  std::ostringstream out;
+  const fuzz_summary s = run_fuzz(with_registry(opt), out, false);
+  INFO(out.str());
+  REQUIRE(s.counts.failed == 1);
+  const case_record& r = s.notable.back();
+  CHECK(parse_problem(r.report.repro).opt.layout == cache_layout::split);
+  REQUIRE(!r.shrunk_repro.empty());
+  const problem shrunk = parse_problem(r.shrunk_repro);
+  CHECK(shrunk.opt.layout == cache_layout::split);
+  CHECK(shrunk.heads == 2);
+  CHECK(fuzz_report_json(opt, s).at("config").at("pins") == "layout=split h=2");
+  // through the CLI: a malformed pin fails before any case runs
+  std::ostringstream o2, e2;
+  CHECK(cli_main({"fuzz", "--backends", "ref,sim", "--pin", "h=two", "--cases", "1"}, o2, e2) == 2);
+  CHECK(e2.str().find("h: expected a decimal integer") != std::string::npos);
 }
 
 }  // namespace ropekv

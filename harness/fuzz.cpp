@@ -1,4 +1,4 @@
-#include "tools/fuzz.h"
+#include "harness/fuzz.h"
 
 #include <fmt/format.h>
 
@@ -11,9 +11,7 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/op.h"
-#include "tools/backends_registry.h"
-#include "tools/bench.h"
-#include "tools/golden_io.h"
+#include "harness/golden_io.h"
 
 namespace ropekv {
 namespace {
@@ -70,8 +68,10 @@ problem apply_profile(fuzz_profile profile, const problem& p) {
 
 }  // namespace
 
-problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens) {
-  return apply_profile(profile, random_problem(seed, case_index, max_tokens));
+problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens,
+                        const std::string& pins) {
+  problem p = apply_profile(profile, random_problem(seed, case_index, max_tokens));
+  return pins.empty() ? p : pin_problem(p, pins);
 }
 
 case_record run_case(const problem& prob, backend& a, backend& b, const compare_options& cmp,
@@ -106,6 +106,10 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
     auto t0 = clock_type::now();
     try {
       be->run_host(run->args, run->regions());
+    } catch (const unsupported_error& e) {
+      rec.report.outcome = case_outcome::skipped;
+      rec.report.message = be->name() + ": " + e.what();
+      return rec;
     } catch (const std::exception& e) {
       rec.report.outcome = case_outcome::errored;
       rec.report.message = fmt::format("backend {} ({}) threw: {}", label, be->name(), e.what());
@@ -140,7 +144,7 @@ bool grows(const problem& cand, const problem& cur) {
 
 problem shrink_problem(const problem& start, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
-                       int64_t* tries, fuzz_profile profile) {
+                       int64_t* tries, fuzz_profile profile, const std::string& pins) {
   auto t0 = clock_type::now();
   problem cur = start;
   *steps = 0;
@@ -203,6 +207,7 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
       try {
         check_problem(cand);
         cand = apply_profile(profile, cand);  // canonical and validated, or throws
+        if (!pins.empty()) cand = pin_problem(cand, pins);
       } catch (const std::exception&) {
         continue;
       }
@@ -221,7 +226,9 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
 }
 
 std::string replay_command(const fuzz_options& opt, const std::string& repro) {
-  std::string cmd = fmt::format("ropekv fuzz --backends {},{}", opt.backend_a, opt.backend_b);
+  std::string cmd = opt.replay_prefix.empty()
+                        ? fmt::format("ropekv fuzz --backends {},{}", opt.backend_a, opt.backend_b)
+                        : opt.replay_prefix;
   if (opt.cmp.max_ulp != 1) cmd += fmt::format(" --max-ulp {}", opt.cmp.max_ulp);
   if (opt.cmp.strict) cmd += " --strict";
   if (opt.cmp.bitwise) cmd += " --bitwise";
@@ -239,15 +246,20 @@ std::string summary_line(const fuzz_counts& c) {
 
 fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
   fuzz_options opt = opt_in;
-  if (!opt.factory_a) opt.factory_a = find_backend(opt.backend_a);
-  if (!opt.factory_b) opt.factory_b = find_backend(opt.backend_b);
+  if (!opt.factory_a || !opt.factory_b)
+    throw error("run_fuzz: fuzz_options needs factory_a and factory_b (tools/backends_registry.h "
+                "resolves backend names)");
   if (opt.shard_count < 1 || opt.shard_index < 0 || opt.shard_index >= opt.shard_count) {
     throw arg_error("--shard", "K/N with 0 <= K < N",
                     fmt::format("{}/{}", opt.shard_index, opt.shard_count));
   }
   // the kernel variant, process-wide (hip and sim plan every launch of the campaign with it),
   // before any backend runs: a malformed request fails here
-  if (!opt.variant.empty()) set_kernel_variant(opt.variant);
+  if (!opt.variant.empty()) {
+    if (!opt.apply_variant) throw error("run_fuzz: a variant is set but no apply_variant");
+    opt.apply_variant(opt.variant);
+  }
+  if (!opt.pins.empty()) check_pins(opt.pins);
   std::unique_ptr<backend> a = opt.factory_a();
   std::unique_ptr<backend> b = opt.factory_b();
   fuzz_summary s;
@@ -284,7 +296,8 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
       prob = *opt.repro;
     } else {
       try {
-        prob = profile_problem(opt.profile, opt.seed, static_cast<uint64_t>(i), opt.max_tokens);
+        prob = profile_problem(opt.profile, opt.seed, static_cast<uint64_t>(i), opt.max_tokens,
+                               opt.pins);
       } catch (const arg_error& e) {
         // the profile's coercion broke a constraint: not a case of this profile (the reason
         // names the key only, so that skip_reasons groups these cases)
@@ -327,7 +340,8 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
     }
     if (bad && opt.shrink) {
       problem small = shrink_problem(prob, rec.report.outcome, *a, *b, opt.cmp, opt.shrink_time_s,
-                                     &rec.shrink_steps, &rec.shrink_tries, opt.profile);
+                                     &rec.shrink_steps, &rec.shrink_tries, opt.profile,
+                                     opt.pins);
       if (small != prob) {
         rec.shrunk_repro = small.to_repro();
         rec.shrunk_replay = replay_command(opt, rec.shrunk_repro);
@@ -478,6 +492,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"max_tokens", opt.max_tokens},
             {"profile", fuzz_profile_name(opt.profile)},
             {"variant", opt.variant.empty() ? std::string("auto") : opt.variant},
+            {"pins", opt.pins},
             {"max_ulp", opt.cmp.max_ulp},
             {"strict", opt.cmp.strict},
             {"bitwise", opt.cmp.bitwise},

@@ -1,9 +1,12 @@
-// The differential engine behind `ropekv fuzz` and `ropekv golden check`: runs one problem on
-// two backends from identical poisoned inputs, compares (core/compare.h), shrinks failures,
-// and produces the JSON report (docs/report-schema.json).
+// The differential engine behind `ropekv fuzz`, `ropekv golden check` and the Python package's
+// `ropekv.fuzz`: runs one problem on two backends from identical poisoned inputs, compares
+// (core/compare.h), shrinks failures, and produces the JSON report (docs/report-schema.json).
+// It knows the backend interface only: the caller hands it factories (tools/backends_registry.h
+// resolves the CLI's names; the Python package wraps a user's callable).
 #pragma once
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -27,12 +30,15 @@ fuzz_profile parse_fuzz_profile(const std::string& text);
 
 // Case i of a campaign of this profile. Throws arg_error when the profile's coercion of
 // random_problem(seed, i) breaks a problem constraint (run_fuzz counts the case as SKIPPED).
-problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens);
+// `pins` (`--pin`, "key=value ..." in repro syntax, "" for none) then override those keys of the
+// drawn problem (pin_problem, core/problem.h) after the profile's coercion.
+problem profile_problem(fuzz_profile profile, uint64_t seed, uint64_t case_index, int64_t max_tokens,
+                        const std::string& pins = "");
 
 struct fuzz_options {
-  std::string backend_a = "ref";       // the reference side
+  std::string backend_a = "ref";       // the reference side (its name in reports)
   std::string backend_b = "sim";       // the backend under test
-  backend_factory factory_a, factory_b;  // when empty, resolved from the names (tools registry)
+  backend_factory factory_a, factory_b;  // required (run_fuzz throws when empty)
   uint64_t seed = 1;
   int64_t cases = -1;                  // total case stream length; -1: bounded by time only
   double time_limit_s = 0;             // 0: none
@@ -47,8 +53,12 @@ struct fuzz_options {
   int64_t max_reported = 50;           // non-passed cases kept in the report (counts are exact)
   int64_t max_failures = 0;            // stop after this many FAILED/ERRORED cases (0: never)
   std::string variant;                 // kernel variant (`--variant`): run_fuzz applies it
-                                       // (set_kernel_variant); "" leaves the process's overrides
+                                       // through apply_variant; "" leaves the process's overrides
                                        // as they are. In replay lines and the report's config.
+  std::function<void(const std::string&)> apply_variant;  // required when variant is set
+  std::string pins;                    // `--pin`: keys every drawn problem keeps (repro syntax)
+  std::string replay_prefix;           // replay lines start with this instead of
+                                       // "ropekv fuzz --backends A,B" (e.g. the Python CLI's)
 };
 
 struct case_record {
@@ -91,7 +101,8 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
 // not tried), so the shrunk case is still one the profile draws.
 problem shrink_problem(const problem& prob, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
-                       int64_t* tries, fuzz_profile profile = fuzz_profile::any);
+                       int64_t* tries, fuzz_profile profile = fuzz_profile::any,
+                       const std::string& pins = "");
 
 // `ropekv fuzz --backends A,B [--max-ulp N] [--strict] [--profile P] --repro '<repro>'` (the
 // repro replays exactly; --profile only keeps a shrink of the replay inside the profile)

@@ -1,9 +1,9 @@
-// Golden files from the tools' side: failure dumps of `fuzz --dump` and `golden check`.
+// Golden files from the harness' side: failure dumps of `fuzz --dump` and `golden check`.
 #pragma once
 #include <string>
 
 #include "core/case_data.h"
-#include "tools/fuzz.h"
+#include "harness/fuzz.h"
 
 namespace ropekv {
 
