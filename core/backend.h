@@ -32,6 +32,9 @@ class backend {
   // here that it does not cover the args (a user's kernel saying so) throws unsupported_error
   // before writing anything: the harness reports the case SKIPPED, not ERRORED.
   virtual void run_host(const op_args& args, const std::vector<memory_region>& regions) = 0;
+  // The repro string of the case the next run_host calls belong to (the harness says it before
+  // running a case): for backends that hand the problem on, e.g. to a user's Python kernel.
+  virtual void set_case_repro(const std::string& repro) {}
   // Which kernel variant ran last (for reports); "" when not meaningful.
   virtual std::string last_variant() const { return {}; }
   // One line describing the device (for `ropekv info` and bench JSON).

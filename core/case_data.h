@@ -21,6 +21,12 @@ struct case_data {
   std::map<std::string, host_buffer> buffers;
   op_args args;  // views into buffers
 
+  case_data() = default;
+  case_data(case_data&&) = default;
+  case_data& operator=(case_data&&) = default;
+  case_data(const case_data&) = delete;  // views point into buffers: copy with clone()
+  case_data& operator=(const case_data&) = delete;
+
   // Every buffer as a region (guards included), for backend::run_host.
   std::vector<memory_region> regions();
   // A deep copy (same bytes, views rebased into the copy).

@@ -102,4 +102,20 @@ op_sizes sizes_of(const op_args& args) {
   return s;
 }
 
+std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_tensors(const op_args& a) {
+  return {{{"q_nope", &a.q_nope},
+           {"q_pe", &a.q_pe},
+           {"kv_c", &a.kv_c},
+           {"k_pe", &a.k_pe},
+           {"positions", &a.positions},
+           {"slot_mapping", &a.slot_mapping},
+           {"cos_sin", &a.cos_sin},
+           {"cos", &a.cos},
+           {"sin", &a.sin},
+           {"q_out", &a.q_out},
+           {"cache", &a.cache},
+           {"ckv_cache", &a.ckv_cache},
+           {"kpe_cache", &a.kpe_cache}}};
+}
+
 }  // namespace ropekv

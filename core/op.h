@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -71,6 +72,12 @@ struct op_args {
 
   table_kind table() const { return cos_sin.present() ? table_kind::one : table_kind::two; }
 };
+
+// Every tensor of a call by its name in golden files and the Python package (q_nope, q_pe, kv_c,
+// k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache, ckv_cache, kpe_cache), in that
+// order; absent ones included (tensor_view::present() false).
+inline constexpr int op_tensor_count = 13;
+std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_tensors(const op_args& a);
 
 // Sizes read off the views (after validation they are consistent).
 struct op_sizes {

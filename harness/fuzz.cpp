@@ -105,6 +105,7 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
                                 std::tuple<backend*, case_data*, const char*>{&b, &rb, "b"}}) {
     auto t0 = clock_type::now();
     try {
+      be->set_case_repro(rec.report.repro);
       be->run_host(run->args, run->regions());
     } catch (const unsupported_error& e) {
       rec.report.outcome = case_outcome::skipped;
@@ -125,6 +126,13 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
   if (out_a) *out_a = std::move(ra);
   if (out_b) *out_b = std::move(rb);
   return rec;
+}
+
+case_report compare_with_reference(const case_data& initial, const case_data& got, backend& ref,
+                                   const compare_options& cmp) {
+  case_data ra = initial.clone();
+  ref.run_host(ra.args, ra.regions());
+  return compare_runs(initial, ra, got, cmp);
 }
 
 namespace {

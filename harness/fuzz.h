@@ -94,6 +94,12 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
                      case_data* out_initial = nullptr, case_data* out_a = nullptr,
                      case_data* out_b = nullptr);
 
+// Compares `got` (a clone of `initial` into which a kernel that ran elsewhere wrote its outputs)
+// with what `ref` writes from `initial`: the report of run_case with run b supplied. Throws what
+// ref throws (arg_error for args it rejects).
+case_report compare_with_reference(const case_data& initial, const case_data& got, backend& ref,
+                                   const compare_options& cmp);
+
 // Greedy shrinking: tries smaller / simpler variants of `prob` (fewer tokens, heads, blocks,
 // smaller dn/dr, no padding, separate kv, token-major q, ...) and keeps each that still ends
 // with the same outcome (FAILED or ERRORED). Returns the smallest found. Under a profile other

@@ -47,6 +47,7 @@ case_record check_golden_file(const std::string& path, backend& b, const compare
   }
   case_data run = g.initial.clone();
   try {
+    b.set_case_repro(rec.report.repro);
     b.run_host(run.args, run.regions());
   } catch (const unsupported_error& e) {
     rec.report.outcome = case_outcome::skipped;

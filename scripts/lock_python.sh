@@ -15,7 +15,9 @@ python3 -m venv "$scratch/venv"
   echo "# The lock: every PyPI package ropekv's tests install, pinned exactly (pip freeze of a fresh"
   echo "# venv made from requirements.in). Do not edit by hand: bash scripts/lock_python.sh"
   echo "# Python $("$scratch/venv/bin/python" -c 'import platform; print(platform.python_version())')"
-  "$scratch/venv/bin/python" -m pip freeze --disable-pip-version-check | LC_ALL=C sort -f
+  # --all: setuptools too (torch needs a newer one than a venv starts with); pip itself is the
+  # interpreter's own and stays unpinned.
+  "$scratch/venv/bin/python" -m pip freeze --all --disable-pip-version-check | grep -v '^pip==' | LC_ALL=C sort -f
 } >"$lock.tmp"
 mv "$lock.tmp" "$lock"
 echo "lock_python: wrote $lock ($(grep -c '==' "$lock") pins)"

@@ -11,8 +11,8 @@ from conftest import REPO_ROOT
 
 REQ_DIR = REPO_ROOT / "tests" / "python"
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!_-]*)$")
-# Installed by the interpreter's own venv bootstrap (ensurepip), not by the project.
-BOOTSTRAP = {"pip", "setuptools", "wheel"}
+# The interpreter's own installer (ensurepip), the one package the project does not install.
+BOOTSTRAP = {"pip"}
 
 
 def canonical(name: str) -> str:

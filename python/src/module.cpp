@@ -1,0 +1,248 @@
+// The `ropekv._ropekv` extension: a thin nanobind layer over core, harness and the backends the
+// CLI knows (tools/backends_registry.h). It converts (problem strings, host memory as numpy
+// arrays of bits, reports as dicts) and calls the library; the decisions live in C++ (harness,
+// core) or in the shared CLI code. The reference and the sim run with the GIL released.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/case_data.h"
+#include "core/compare.h"
+#include "core/error.h"
+#include "core/problem.h"
+#include "harness/fuzz.h"
+#include "tools/backends_registry.h"
+#include "tools/cli.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ropekv {
+namespace {
+
+// One tensor of a call as the Python side rebuilds it: name, ropekv dtype name, shape, strides
+// (elements), index of the memory region holding it, byte offset of element 0 in that region.
+using tensor_spec = std::tuple<std::string, std::string, std::vector<int64_t>, std::vector<int64_t>,
+                               int64_t, int64_t>;
+
+std::vector<tensor_spec> tensor_specs(const op_args& args, const std::vector<memory_region>& regions) {
+  std::vector<tensor_spec> out;
+  for (const auto& [name, v] : named_tensors(args)) {
+    if (!v->present()) continue;
+    const auto* p = static_cast<const uint8_t*>(v->data);
+    const auto [lo, hi] = v->extent_bytes();  // bytes the view touches, relative to p
+    int64_t region = -1, offset = 0;
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const auto* base = static_cast<const uint8_t*>(regions[i].base);
+      const auto* end = base + regions[i].size_bytes;
+      if (hi == lo) {  // an empty view (k_pe of Tk = 0 rows may point past its buffer)
+        region = 0;
+        break;
+      }
+      if (p + lo >= base && p + hi <= end) {
+        region = static_cast<int64_t>(i);
+        offset = p - base;
+        break;
+      }
+    }
+    if (region < 0) throw error(std::string("tensor '") + name + "' lies in no memory region");
+    out.emplace_back(name, dtype_name(v->type), std::vector<int64_t>(v->shape.begin(), v->shape.begin() + v->rank),
+                     std::vector<int64_t>(v->strides_elems.begin(), v->strides_elems.begin() + v->rank),
+                     region, offset);
+  }
+  return out;
+}
+
+// The regions as writable 1-D uint8 numpy arrays (no copy). `owner` keeps them alive; without
+// one they are valid only during the call that handed them out.
+std::vector<nb::object> region_arrays(const std::vector<memory_region>& regions, nb::handle owner) {
+  std::vector<nb::object> out;
+  for (const memory_region& r : regions) {
+    const size_t shape[1] = {r.size_bytes};
+    nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> a(r.base, 1, shape, owner);
+    // without an owner, rv_policy::reference: a view of the run's memory, not a copy
+    out.push_back(owner.is_valid() ? a.cast() : a.cast(nb::rv_policy::reference));
+  }
+  return out;
+}
+
+nb::dict report_dict(const case_report& r) {
+  nb::dict d;
+  d["repro"] = r.repro;
+  d["outcome"] = std::string(outcome_name(r.outcome));
+  d["message"] = r.message;
+  d["text"] = format_case_report(r, true);
+  nb::list regions;
+  for (const region_report& g : r.regions) {
+    nb::dict x;
+    x["name"] = g.name;
+    x["rule"] = std::string(region_rule_name(g.rule));
+    x["dtype"] = g.dtype_name;
+    x["compared"] = g.compared;
+    x["mismatches"] = g.mismatches;
+    x["max_ulp"] = g.max_ulp;
+    x["needed_allowance"] = g.needed_allowance;
+    x["mistrusted"] = g.mistrusted;
+    x["mistrust_reason"] = g.mistrust_reason;
+    nb::list first;
+    for (const mismatch& m : g.first) {
+      nb::dict y;
+      y["where"] = m.where;
+      y["expected"] = m.expected;
+      y["got"] = m.got;
+      y["expected_bits"] = m.expected_bits;
+      y["got_bits"] = m.got_bits;
+      y["ulp"] = m.ulp;
+      first.append(y);
+    }
+    x["first"] = first;
+    regions.append(x);
+  }
+  d["regions"] = regions;
+  return d;
+}
+
+// A user's kernel as a backend: run_host hands the call's memory to a Python function, which
+// rebuilds the tensors, calls the kernel (moving data to its framework and device and back) and
+// returns "" or the kernel's "unsupported" reason. Every other Python exception propagates as
+// an error (the harness reports the case ERRORED with its text).
+// A Python callable shared by the registry's factory and the backends it makes: copies of a
+// shared_ptr need no GIL; the last one takes the GIL to drop the reference.
+using py_callable = std::shared_ptr<PyObject>;
+py_callable hold(nb::object f) {
+  return py_callable(f.release().ptr(), [](PyObject* o) {
+    if (!Py_IsInitialized()) return;
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(o);
+  });
+}
+
+class python_backend final : public backend {
+ public:
+  python_backend(std::string name, py_callable call) : name_(std::move(name)), call_(std::move(call)) {}
+  std::string name() const override { return name_; }
+  std::string unsupported_reason(const op_args&) const override { return {}; }
+  void set_case_repro(const std::string& repro) override { repro_ = repro; }
+  void run_host(const op_args& args, const std::vector<memory_region>& regions) override {
+    std::string why;
+    {
+      nb::gil_scoped_acquire gil;
+      nb::object r = nb::handle(call_.get())(region_arrays(regions, nb::handle()), tensor_specs(args, regions), repro_);
+      why = nb::cast<std::string>(r);
+    }
+    if (!why.empty()) throw unsupported_error(why);
+  }
+
+ private:
+  std::string name_;
+  py_callable call_;
+  std::string repro_;
+};
+
+compare_options compare_opts(int64_t max_ulp, bool strict, bool bitwise) {
+  if (max_ulp < 0) throw arg_error("max_ulp", ">= 0", std::to_string(max_ulp));
+  compare_options c;
+  c.max_ulp = max_ulp;
+  c.strict = strict;
+  c.bitwise = bitwise;
+  return c;
+}
+
+}  // namespace
+}  // namespace ropekv
+
+NB_MODULE(_ropekv, m) {
+  using namespace ropekv;
+  m.doc() = "ropekv's C++ core, harness and backends (use the `ropekv` package, not this module)";
+  m.attr("version") = ROPEKV_VERSION;
+  m.attr("commit") = ROPEKV_GIT_COMMIT;
+  m.attr("contract_version") = contract_version;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const arg_error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.def("parse_problem", [](const std::string& repro) { return parse_problem(repro).to_repro(); },
+        "repro"_a, "The canonical repro string of a problem (ValueError naming the key when invalid)");
+  m.def("pin_problem", [](const std::string& repro, const std::string& pins) {
+        return pin_problem(parse_problem(repro), pins).to_repro();
+      }, "repro"_a, "pins"_a);
+  m.def("random_problem",
+        [](uint64_t seed, uint64_t index, const std::string& profile, int64_t max_tokens,
+           const std::string& pins) {
+          if (!pins.empty()) check_pins(pins);
+          return profile_problem(parse_fuzz_profile(profile), seed, index, max_tokens, pins).to_repro();
+        },
+        "seed"_a, "index"_a, "profile"_a, "max_tokens"_a, "pins"_a,
+        "Case `index` of a fuzz campaign with this seed, profile and pins (its repro string)");
+
+  nb::class_<case_data>(m, "CaseData")
+      .def_prop_ro("repro", [](const case_data& c) { return c.prob.to_repro(); })
+      .def("clone", [](const case_data& c) { return c.clone(); })
+      .def("regions", [](nb::handle self) {
+        case_data& c = nb::cast<case_data&>(self);
+        return region_arrays(c.regions(), self);
+      }, "The case's memory: one uint8 array per buffer, guard bytes included (views into it)")
+      .def("tensor_specs", [](case_data& c) { return tensor_specs(c.args, c.regions()); },
+           "(name, dtype, shape, strides in elements, region index, byte offset) per tensor")
+      .def("guard_report", [](const case_data& c) {
+        std::string out;
+        for (const auto& [name, b] : c.buffers)
+          if (!b.guards_intact()) out += (out.empty() ? "" : "; ") + name + ": " + b.guard_report();
+        return out;
+      }, "'' when every buffer's guard bytes are intact, else which are damaged");
+  m.def("make_case", [](const std::string& repro) {
+    const problem p = parse_problem(repro);
+    nb::gil_scoped_release nogil;
+    return make_case(p);
+  }, "repro"_a, "Builds a case: inputs from the seed, outputs and caches poisoned, guards around every buffer");
+  m.def("run_backend", [](const std::string& name, case_data& c) {
+    std::unique_ptr<backend> be = find_backend(name)();
+    {
+      std::string why = be->unsupported_reason(c.args);
+      if (!why.empty()) throw unsupported_error(be->name() + ": " + why);
+      nb::gil_scoped_release nogil;
+      be->set_case_repro(c.prob.to_repro());
+      be->run_host(c.args, c.regions());
+    }
+    return be->last_variant();
+  }, "backend"_a, "case"_a, "Runs a compiled-in backend (ref, sim, hip) on the case in place");
+  m.def("compare_with_reference",
+        [](const case_data& initial, const case_data& got, int64_t max_ulp, bool strict, bool bitwise) {
+          const compare_options cmp = compare_opts(max_ulp, strict, bitwise);
+          if (got.prob != initial.prob) throw arg_error("got", "a clone of the initial case", "another problem");
+          std::unique_ptr<backend> ref = find_backend("ref")();
+          case_report r;
+          {
+            nb::gil_scoped_release nogil;
+            r = compare_with_reference(initial, got, *ref, cmp);
+          }
+          return report_dict(r);
+        },
+        "initial"_a, "got"_a, "max_ulp"_a, "strict"_a, "bitwise"_a,
+        "Compares `got` (initial with a kernel's outputs) with the reference's run of `initial`");
+  m.def("register_python_backend", [](const std::string& name, nb::object call, const std::string& replay_prefix) {
+    py_callable held = hold(std::move(call));
+    register_backend(name, [name, held] { return std::unique_ptr<backend>(new python_backend(name, held)); },
+                     replay_prefix);
+  }, "name"_a, "call"_a, "replay_prefix"_a);
+  m.def("unregister_backend", [](const std::string& name) { unregister_test_backend(name); }, "name"_a);
+  m.def("cli_main", [](const std::vector<std::string>& args) {
+    nb::gil_scoped_release nogil;
+    return cli_main(args);
+  }, "args"_a, "The `ropekv` CLI in process (its exit code); Python kernels registered above are backends");
+  m.def("backend_names", [] { return compiled_backend_names(); });
+}
