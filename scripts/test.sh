@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # README command (2): the whole test suite.
-#   1. installs and builds what is missing (scripts/setup.sh), makes the Python venv
-#      in build/venv from the lock tests/python/requirements.txt (exact pins);
+#   1. installs and builds what is missing (scripts/setup.sh), makes the Python venv build/venv
+#      from the lock tests/python/requirements.txt (exact pins) and installs the ropekv Python
+#      package from this tree into it (scripts/python_env.sh);
 #   2. ctest: C++ unit tests (doctest), Python tests (pytest: ml_dtypes cross-checks, numpy
-#      oracle vs reference, CLI), 2000 random cases of ref vs sim;
+#      oracle vs reference, CLI, the Python package and its PyTorch op, examples/), 2000 random
+#      cases of ref vs sim;
 #   3. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. libFuzzer targets, 60 s each (scripts/fuzz.sh);
 #   5. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
@@ -16,17 +18,7 @@ build_dir="${ROPEKV_BUILD_DIR:-build}"
 jobs="${ROPEKV_JOBS:-$(nproc)}"
 
 
-venv="$build_dir/venv"
-stamp="$venv/.ropekv-requirements"
-if [ ! -f "$stamp" ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
-  echo "test: preparing $venv"
-  python3 -m venv "$venv"
-  # The lock pins every package, dependencies included: --no-deps installs exactly it, and
-  # pip check fails if a pinned package needs something the lock lacks.
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r tests/python/requirements.txt
-  "$venv/bin/python" -m pip check --disable-pip-version-check
-  cp tests/python/requirements.txt "$stamp"
-fi
+bash scripts/python_env.sh
 
 failed=()
 echo "== ctest"

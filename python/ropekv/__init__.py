@@ -329,9 +329,18 @@ class FuzzSummary:
 
 
 def _kernel_name(kernel: Callable) -> str:
-    module = getattr(kernel, "__module__", None) or "__main__"
-    qual = getattr(kernel, "__qualname__", None) or type(kernel).__qualname__
-    return f"{module}:{qual}"
+    """MODULE:NAME when the kernel can be imported back by that name (what --kernel takes), else
+    a description in angle brackets (a lambda, a local function, a functools.partial)."""
+    module = getattr(kernel, "__module__", None)
+    qual = getattr(kernel, "__qualname__", None)
+    if module and qual and "<" not in qual:
+        obj = _sys.modules.get(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+        if obj is kernel and module != "__main__":
+            return f"{module}:{qual}"
+    text = repr(kernel).replace("'", "")
+    return f"'<{text[:120]}>'"
 
 
 def _kernel_runner(kernel: Callable, framework: str, device: Any):
@@ -397,7 +406,9 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
     the kernel writes its outputs in place. Failures print a report and a shrunk replay line;
     `json` writes the report (the schema of `ropekv fuzz --json`, so `ropekv report merge` takes
     shards of either). Default 1000 cases unless `time` ("60s", "10m") is given."""
-    name = "python:" + _kernel_name(kernel)
+    # the backend's name in reports: comma-free (the CLI's --backends A,B syntax)
+    name = "python:" + "".join(ch if ch.isalnum() or ch in "._:-" else "_"
+                               for ch in _kernel_name(kernel).strip("'<>"))[:80]
     prefix = f"python -m ropekv fuzz --kernel {_kernel_name(kernel)}"
     if framework != "numpy":
         prefix += f" --framework {framework}"

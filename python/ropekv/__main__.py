@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from . import _c, _kernel_name, _kernel_runner
+from . import _c, _kernel_runner
 
 
 def load_kernel(spec: str):

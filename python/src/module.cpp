@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "backends/cpu/cpu_backend.h"
 #include "core/case_data.h"
 #include "core/compare.h"
 #include "core/error.h"
@@ -23,6 +24,9 @@
 #include "harness/fuzz.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
+#if ROPEKV_HAVE_HIP
+#include "backends/hip/hip_backend.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -149,6 +153,48 @@ class python_backend final : public backend {
   std::string repro_;
 };
 
+// A tensor handed over by pointer (the PyTorch op): name, data pointer, dtype name, shape,
+// strides in elements.
+using raw_tensor = std::tuple<std::string, uintptr_t, std::string, std::vector<int64_t>, std::vector<int64_t>>;
+
+op_args args_of_pointers(const std::vector<raw_tensor>& tensors, const std::string& options, double k_scale,
+                         double q_scale, bool on_device) {
+  op_args a;
+  for (const auto& [name, ptr, dtype_text, shape, strides] : tensors) {
+    tensor_view* v = nullptr;
+    for (const auto& [n, view] : named_tensors(a))
+      if (name == n) v = const_cast<tensor_view*>(view);
+    if (!v) throw arg_error("tensors", "golden tensor names (q_nope, ..., kpe_cache)", "'" + name + "'");
+    if (shape.size() != strides.size() || shape.size() > static_cast<size_t>(max_rank))
+      throw arg_error(name, "a shape and strides of one rank <= 4", "another");
+    v->type = parse_dtype(dtype_text, name.c_str());
+    v->rank = static_cast<int>(shape.size());
+    for (size_t d = 0; d < shape.size(); ++d) {
+      v->shape[d] = shape[d];
+      v->strides_elems[d] = strides[d];
+    }
+    v->data = reinterpret_cast<void*>(ptr);
+    v->on_device = on_device;
+  }
+  // options: "key=value ..." with the repro keys of op_options
+  const problem opt = pin_problem(problem{}, options);
+  a.options = opt.opt;
+  a.k_scale = static_cast<float>(k_scale);
+  a.q_scale = static_cast<float>(q_scale);
+  return a;
+}
+
+// Host memory regions covering the views (the reference reads views only).
+std::vector<memory_region> regions_of(const op_args& a) {
+  std::vector<memory_region> out;
+  for (const auto& [name, v] : named_tensors(a)) {
+    if (!v->present()) continue;
+    const auto [lo, hi] = v->extent_bytes();
+    out.push_back({static_cast<uint8_t*>(v->data) + lo, static_cast<size_t>(hi - lo)});
+  }
+  return out;
+}
+
 compare_options compare_opts(int64_t max_ulp, bool strict, bool bitwise) {
   if (max_ulp < 0) throw arg_error("max_ulp", ">= 0", std::to_string(max_ulp));
   compare_options c;
@@ -244,5 +290,31 @@ NB_MODULE(_ropekv, m) {
     nb::gil_scoped_release nogil;
     return cli_main(args);
   }, "args"_a, "The `ropekv` CLI in process (its exit code); Python kernels registered above are backends");
+  m.def("run_op",
+        [](const std::vector<raw_tensor>& tensors, const std::string& options, double k_scale, double q_scale,
+           bool on_device, uintptr_t stream) {
+          const op_args a = args_of_pointers(tensors, options, k_scale, q_scale, on_device);
+          if (!on_device) {
+            nb::gil_scoped_release nogil;
+            reference_run(a);  // validates first: a failed call writes nothing
+            return;
+          }
+#if ROPEKV_HAVE_HIP
+          hip_launch(a, reinterpret_cast<void*>(stream));
+#else
+          (void)stream;
+          throw arg_error("device", "a CPU tensor (this ropekv was built without a GPU backend: "
+                          "pip install . -C cmake.define.ROPEKV_GPU=nvidia or amd)", "a GPU tensor");
+#endif
+        },
+        "tensors"_a, "options"_a, "k_scale"_a, "q_scale"_a, "on_device"_a, "stream"_a,
+        "The op on tensors given by pointer: host -> the reference, device -> the GPU kernel on `stream` "
+        "(no sync, no allocation). Validates first; a failed call writes nothing");
+  m.attr("has_gpu") =
+#if ROPEKV_HAVE_HIP
+      true;
+#else
+      false;
+#endif
   m.def("backend_names", [] { return compiled_backend_names(); });
 }
