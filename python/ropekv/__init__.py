@@ -25,7 +25,7 @@ import numpy as _np
 from . import _ropekv as _c
 
 __version__ = _c.version
-__all__ = ["Problem", "random_problem", "Case", "make_case", "reference", "compare", "Report",
+__all__ = ["Problem", "random_problem", "Case", "make_case", "run", "reference", "compare", "Report",
            "fuzz", "FuzzSummary", "Unsupported", "NUMPY_DTYPES", "OUTPUT_NAMES"]
 
 # ropekv dtype name -> numpy dtype (bf16 and fp8 as ml_dtypes types).
@@ -202,6 +202,12 @@ def reference(case: Case, backend: str = "ref") -> Dict[str, _np.ndarray]:
     run = case.clone()
     _c.run_backend(backend, run._data)
     return {k: v.copy() for k, v in _outputs_of(run).items()}
+
+
+def run(case: Case, backend: str = "ref") -> str:
+    """Runs a compiled-in backend (ref, sim, hip) on the case in place, with the GIL released;
+    returns the kernel variant it ran ("reference" for ref)."""
+    return _c.run_backend(backend, case._data)
 
 
 # ---------------------------------------------------------------------------------- compare

@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import _c
+from . import Unsupported, _c
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.float8_e4m3fn: "fp8_e4m3fn", torch.float8_e4m3fnuz: "fp8_e4m3fnuz",
@@ -110,6 +110,10 @@ def call(tensors: dict, k_scale: Union[float, torch.Tensor] = 1.0,
 def kernel(tensors: dict, problem) -> None:
     """`ropekv.fuzz`-shaped wrapper: runs the op with the problem's options (fuzz the op itself
     with ropekv.fuzz(ropekv.torch.kernel, framework="torch", device="cuda"))."""
-    call(tensors, k_scale=problem.k_scale, q_scale=problem.q_scale, style=problem.style,
-         order=problem.order, scale_conv=problem.scale_conv, pad_q=problem.pad_q,
-         pos_oob=problem.pos_oob, inplace_q=bool(problem.inplace_q), inplace_k=bool(problem.inplace_k))
+    try:
+        call(tensors, k_scale=problem.k_scale, q_scale=problem.q_scale, style=problem.style,
+             order=problem.order, scale_conv=problem.scale_conv, pad_q=problem.pad_q,
+             pos_oob=problem.pos_oob, inplace_q=bool(problem.inplace_q),
+             inplace_k=bool(problem.inplace_k))
+    except _c.UnsupportedError as e:  # outside the GPU kernel's domain: raised before any write
+        raise Unsupported(str(e)) from None

@@ -213,6 +213,8 @@ NB_MODULE(_ropekv, m) {
   m.attr("version") = ROPEKV_VERSION;
   m.attr("commit") = ROPEKV_GIT_COMMIT;
   m.attr("contract_version") = contract_version;
+  // A case a backend does not cover (the GPU kernel's domain): NotImplementedError's subclass.
+  nb::exception<unsupported_error>(m, "UnsupportedError", PyExc_NotImplementedError);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
