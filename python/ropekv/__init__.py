@@ -95,8 +95,13 @@ class Problem:
         return dict(self._fields)
 
     def replace(self, **keys: Any) -> "Problem":
-        """This problem with some keys changed (sizes derived from them kept consistent)."""
-        return Problem(_c.pin_problem(self._repro, _pins_text(keys)))
+        """This problem with some keys changed (sizes derived from them kept consistent). Keys
+        by repro name or attribute alias (`heads=`, `in_dtype=` for the keyword `in`, ...)."""
+        keys = {_ALIASES.get(k, k): v for k, v in keys.items()}
+        try:
+            return Problem(_c.pin_problem(self._repro, _pins_text(keys)))
+        except ValueError as e:
+            raise ValueError(str(e).replace("--pin:", "replace():", 1)) from None
 
     def __str__(self) -> str:
         return self._repro
@@ -196,10 +201,17 @@ def _outputs_of(case: Case) -> Dict[str, _np.ndarray]:
     return {n: case.tensors[n] for n in names}
 
 
+def _pristine(case: Case) -> Case:
+    """The case as make_case built it (deterministic from the problem), whatever a kernel has
+    written into case.tensors since."""
+    return Case(_c.make_case(str(case.problem)))
+
+
 def reference(case: Case, backend: str = "ref") -> Dict[str, _np.ndarray]:
-    """The outputs the reference writes for this case (numpy copies; `case` is not changed).
-    backend="sim" runs the GPU kernel's source on the CPU instead."""
-    run = case.clone()
+    """The outputs the reference writes for this case's problem, from its initial state (what
+    make_case built: a kernel may already have written into case.tensors). numpy copies; `case`
+    is not changed. backend="sim" runs the GPU kernel's source on the CPU instead."""
+    run = _pristine(case)
     _c.run_backend(backend, run._data)
     return {k: v.copy() for k, v in _outputs_of(run).items()}
 
@@ -281,18 +293,28 @@ def compare(case: Case, outputs: Mapping[str, Any], max_ulp: int = 1, strict: bo
     """Compares your outputs for `case` with the reference: nope parts and untouched bytes bit
     for bit, rope parts by the ULP rule of core/SPEC.md. `outputs`: q_out and the cache(s) (and
     q_pe / k_pe when in place) by name, numpy or torch on any device, with the case's shapes
-    and dtypes. Bytes of an output outside the op's footprint must hold the case's initial
-    poison; nothing of `case` is changed."""
-    expected_names = _outputs_of(case)
-    unknown = sorted(set(outputs) - set(expected_names))
+    and dtypes; the case's own input views among them are ignored, so compare(case,
+    case.tensors) works after a kernel ran in place. The reference runs from the case's initial state (make_case of its
+    problem), and bytes of an output outside the op's footprint must still hold that state's
+    poison. Nothing of `case` is changed."""
+    initial = _pristine(case)
+    expected_names = _outputs_of(initial)
+    # compare(case, case.tensors): the case's own input views come along and are ignored; any
+    # other non-output is an error (q_pe is an output only with inplace_q)
+    own_inputs = {n for n, v in outputs.items()
+                  if n not in expected_names and v is case.tensors.get(n)}
+    unknown = sorted(set(outputs) - set(expected_names) - own_inputs)
     if unknown:
         raise ValueError(f"outputs: expected names among {sorted(expected_names)}, got {unknown}")
-    got = case.clone()
-    for name, value in outputs.items():
+    missing = sorted(set(expected_names) - set(outputs))
+    if missing:
+        raise ValueError(f"outputs: expected every output of the case {sorted(expected_names)}, "
+                         f"got no {missing}")
+    got = initial.clone()
+    for name in expected_names:
         want = got.tensors[name]
-        arr = _to_numpy_bits(name, value, want)
-        want[...] = arr
-    d = _c.compare_with_reference(case._data, got._data, max_ulp, strict, bitwise)
+        want[...] = _to_numpy_bits(name, outputs[name], want)
+    d = _c.compare_with_reference(initial._data, got._data, max_ulp, strict, bitwise)
     return Report(d, f"ropekv.make_case({str(case.problem)!r})")
 
 
@@ -376,7 +398,7 @@ def _kernel_runner(kernel: Callable, framework: str, device: Any):
 
 
 def _fuzz_args(cases, seed, profile, pin, json_path, max_tokens, time, max_ulp, strict, bitwise,
-               repro, shrink, shrink_time, max_failures, dump):
+               repro, shrink, shrink_time, max_failures, dump, shard):
     args = ["--seed", str(seed), "--profile", profile, "--max-tokens", str(max_tokens),
             "--max-ulp", str(max_ulp), "--shrink-time", str(shrink_time), "--json", json_path,
             "--max-failures", str(max_failures)]
@@ -397,6 +419,8 @@ def _fuzz_args(cases, seed, profile, pin, json_path, max_tokens, time, max_ulp, 
         args.append("--no-shrink")
     if dump:
         args += ["--dump", str(dump)]
+    if shard is not None:
+        args += ["--shard", str(shard)]
     return args
 
 
@@ -405,13 +429,15 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
          device: Any = "cpu", json: Optional[str] = None, max_tokens: int = 256,
          time: Optional[str] = None, max_ulp: int = 1, strict: bool = False,
          bitwise: bool = False, repro: Union[None, str, Problem] = None, shrink: bool = True,
-         shrink_time: str = "30s", max_failures: int = 0, dump: Optional[str] = None) -> FuzzSummary:
+         shrink_time: str = "30s", max_failures: int = 0, dump: Optional[str] = None,
+         shard: Optional[str] = None) -> FuzzSummary:
     """Differential fuzzing of your kernel against the reference: the `ropekv fuzz` campaign with
     `kernel(tensors, problem)` as the tested backend. `tensors` are numpy arrays
     (framework="numpy") or torch tensors on `device` (framework="torch"), by their golden names;
     the kernel writes its outputs in place. Failures print a report and a shrunk replay line;
     `json` writes the report (the schema of `ropekv fuzz --json`, so `ropekv report merge` takes
-    shards of either). Default 1000 cases unless `time` ("60s", "10m") is given."""
+    shards of either; `shard="K/N"` runs case i only when i % N == K). Default 1000 cases unless
+    `time` ("60s", "10m") is given."""
     # the backend's name in reports: comma-free (the CLI's --backends A,B syntax)
     name = "python:" + "".join(ch if ch.isalnum() or ch in "._:-" else "_"
                                for ch in _kernel_name(kernel).strip("'<>"))[:80]
@@ -429,7 +455,7 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
     path = json if json is not None else tmp
     args = ["fuzz", "--backends", f"ref,{name}"] + _fuzz_args(
         cases, seed, profile, pin, path, max_tokens, time, max_ulp, strict, bitwise, repro,
-        shrink, shrink_time, max_failures, dump)
+        shrink, shrink_time, max_failures, dump, shard)
     _c.register_python_backend(name, runner, prefix)
     try:
         _sys.stdout.flush()

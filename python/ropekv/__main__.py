@@ -9,20 +9,24 @@ import sys
 from . import _c, _kernel_runner
 
 
+class UsageError(Exception):
+    """Bad usage: exit 2, as the ropekv CLI does (1 means test failures)."""
+
+
 def load_kernel(spec: str):
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"ropekv: error: --kernel: expected MODULE:FUNCTION, got '{spec}'")
+        raise UsageError(f"--kernel: expected MODULE:FUNCTION, got '{spec}'")
     try:
         obj = importlib.import_module(module_name)
     except ImportError as e:
-        raise SystemExit(f"ropekv: error: --kernel: cannot import '{module_name}': {e}")
+        raise UsageError(f"--kernel: cannot import '{module_name}': {e}")
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise SystemExit(f"ropekv: error: --kernel: '{module_name}' has no '{attr}'")
+            raise UsageError(f"--kernel: '{module_name}' has no '{attr}'")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise SystemExit(f"ropekv: error: --kernel: '{spec}' is not callable")
+        raise UsageError(f"--kernel: '{spec}' is not callable")
     return obj
 
 
@@ -36,9 +40,15 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     known, rest = parser.parse_known_args(argv[1:])
     if any(a == "--backends" or a.startswith("--backends=") for a in rest):
-        raise SystemExit("ropekv: error: --backends: the tested side is --kernel; the other is the reference")
+        print("ropekv: error: --backends: expected none with --kernel (the tested side is the kernel, "
+              "the other the reference), got one", file=sys.stderr)
+        return 2
     sys.path.insert(0, "")
-    kernel = load_kernel(known.kernel)
+    try:
+        kernel = load_kernel(known.kernel)
+    except UsageError as e:
+        print(f"ropekv: error: {e}", file=sys.stderr)
+        return 2
     name = "python:" + known.kernel
     prefix = f"python -m ropekv fuzz --kernel {known.kernel}"
     if known.framework != "numpy":

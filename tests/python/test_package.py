@@ -359,10 +359,6 @@ def test_problem_replace_rejects_bad_keys_and_values():
     assert p == ropekv.Problem(SMALL)
 
 
-@pytest.mark.xfail(strict=True, reason="Problem.replace() ignores the aliases that attribute access "
-                   "takes: replace(heads=2) / replace(in_dtype='f32') raise ValueError "
-                   "\"--pin: expected one of tq, ts, ... got 'heads'\"; `in` is a Python keyword, so "
-                   "in_dtype is the only keyword-argument spelling of that key")
 def test_problem_replace_accepts_the_attribute_aliases():
     p = ropekv.Problem(SMALL)
     assert p.replace(heads=4) == p.replace(h=4)
@@ -797,14 +793,15 @@ def test_compare_in_place_q_pe_and_k_pe():
     assert_fails_in(case, out, "k_pe.inplace")
 
 
-def test_compare_missing_outputs_do_not_pass():
-    """An output left out of `outputs` counts as never written (poison), not as correct."""
+def test_compare_missing_outputs_are_an_error():
+    """An output left out of `outputs` is a ValueError naming it, never a pass."""
     case = ropekv.make_case(SMALL)
     ref = ropekv.reference(case)
-    r = ropekv.compare(case, {"q_out": ref["q_out"]})
-    assert not r.passed and "cache.nope" in failing_regions(r)
-    r = ropekv.compare(case, {"cache": ref["cache"]})
-    assert not r.passed and "q_out.nope" in failing_regions(r)
+    with pytest.raises(ValueError, match=r"outputs: expected every output .* got no \['cache'\]"):
+        ropekv.compare(case, {"q_out": ref["q_out"]})
+    with pytest.raises(ValueError, match=r"got no \['q_out'\]"):
+        ropekv.compare(case, {"cache": ref["cache"]})
+    assert_pristine(case)
 
 
 def test_compare_takes_strided_numpy_outputs():
@@ -817,7 +814,7 @@ def test_compare_takes_strided_numpy_outputs():
 
 @pytest.mark.parametrize("repro", [SMALL, PADDED, SMALL_SPLIT + " qo=fp8_e4m3fnuz cache=fp8_e5m2fnuz"])
 def test_compare_takes_torch_outputs(repro):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     case = ropekv.make_case(repro)
     ref = ropekv.reference(case)
     touts = {k: to_torch(v) for k, v in ref.items()}
@@ -872,20 +869,12 @@ def test_compare_negative_max_ulp_raises():
         ropekv.compare(case, ropekv.reference(case), max_ulp=-1)
 
 
-@pytest.mark.xfail(strict=True, reason="the workflow of the module docstring, "
-                   "`my_kernel(case.tensors, p); ropekv.compare(case, case.tensors).assert_ok()`, "
-                   "raises ValueError: compare() rejects the input names in case.tensors "
-                   "(\"outputs: expected names among [...], got ['cos_sin', 'k_pe', ...]\")")
 def test_compare_documented_in_place_workflow_passes():
     case = ropekv.make_case(SMALL)
     copy_kernel(case.tensors, case.problem)
     ropekv.compare(case, case.tensors).assert_ok()
 
 
-@pytest.mark.xfail(strict=True, reason="compare() takes `case` itself as the initial state: after "
-                   "the docstring's in-place workflow (the kernel wrote into case.tensors) the initial "
-                   "poison is gone, so a write outside the op's footprint is not seen: compare(case, "
-                   "{'q_out': ..., 'cache': ...}) says PASSED although an unwritten cache slot was written")
 def test_compare_in_place_workflow_catches_a_stray_write():
     case = ropekv.make_case(SMALL)
     p = case.problem
@@ -970,7 +959,7 @@ def test_fuzz_correct_kernel_passes_and_writes_the_cli_report(tmp_path, report_s
     assert report["cases"] == []
 
 
-def test_fuzz_torch_framework(tmp_path):
+def test_fuzz_torch_framework():
     pytest.importorskip("torch")
     s = ropekv.fuzz(torch_copy_kernel, cases=20, seed=2, max_tokens=8, framework="torch")
     assert s.passed and s.passed_cases == 20, str(s)
@@ -1213,10 +1202,6 @@ def test_module_cli_bad_fuzz_flag_is_usage_error(kmod_dir, tmp_path):
     assert p.returncode == 2 and "--no-such-flag" in p.stderr, p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="`python -m ropekv fuzz` exits 1 (SystemExit with a message) "
-                   "on a bad --kernel spec, while the ropekv CLI's contract is 'exit 1: test failures, "
-                   "2: bad usage or input' (and a bad fuzz flag does exit 2): a CI job cannot tell a "
-                   "typo in --kernel from a failing kernel")
 @pytest.mark.parametrize("spec", ["nocolon", "no_such_module_ropekv_xyz:good"])
 def test_module_cli_bad_kernel_spec_exits_2(kmod_dir, tmp_path, spec):
     p = run_module(kmod_dir, "fuzz", "--kernel", spec, "--cases", "2", cwd=tmp_path)
