@@ -15,7 +15,9 @@ def _to_output(x32: torch.Tensor, dtype: torch.dtype, scale: float, conv: str) -
     """fp32 values into an output dtype: fp8 scaled (divide / reciprocal) and saturated."""
     if dtype.is_floating_point and torch.finfo(dtype).bits == 8:
         if conv == "divide":
-            x32 = x32 / torch.tensor(scale, dtype=torch.float32)
+            # a true division: on CUDA, dividing by a scalar multiplies by its reciprocal
+            # instead (found by ropekv.fuzz on an H200: 1 ULP off in the exact nope part)
+            x32 = x32 / torch.full_like(x32, scale)
         else:
             x32 = x32 * (torch.tensor(1.0, dtype=torch.float32) / torch.tensor(scale, dtype=torch.float32))
         fmax = torch.finfo(dtype).max
