@@ -26,7 +26,7 @@ from . import _ropekv as _c
 
 __version__ = _c.version
 __all__ = ["Problem", "random_problem", "Case", "make_case", "run", "reference", "compare", "Report",
-           "fuzz", "FuzzSummary", "Unsupported", "NUMPY_DTYPES", "OUTPUT_NAMES"]
+           "fuzz", "FuzzSummary", "Unsupported", "CaseTimeout", "NUMPY_DTYPES", "OUTPUT_NAMES"]
 
 # ropekv dtype name -> numpy dtype (bf16 and fp8 as ml_dtypes types).
 NUMPY_DTYPES = {
@@ -371,7 +371,32 @@ def _kernel_name(kernel: Callable) -> str:
     return f"'<{text[:120]}>'"
 
 
-def _kernel_runner(kernel: Callable, framework: str, device: Any):
+class CaseTimeout(Exception):
+    """A kernel ran past fuzz's case_timeout (the case is ERRORED with this message)."""
+
+
+def _call_with_timeout(fn: Callable, timeout_s: Optional[float]) -> None:
+    """fn() under a SIGALRM timer (main thread only): a kernel stuck in Python code is
+    interrupted with CaseTimeout. A kernel blocked inside native code (a hung GPU kernel) is
+    interrupted only once it returns to Python."""
+    import signal
+    import threading
+    if not timeout_s or threading.current_thread() is not threading.main_thread():
+        fn()
+        return
+
+    def on_alarm(signum, frame):
+        raise CaseTimeout(f"the kernel ran past case_timeout={timeout_s} s")
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _kernel_runner(kernel: Callable, framework: str, device: Any, case_timeout: Optional[float] = None):
     """The function the C++ backend calls per run: rebuilds the tensors over the run's memory,
     hands them to the kernel in its framework and device, copies every byte back (guards too:
     a write outside the outputs is caught), returns '' or the kernel's Unsupported reason."""
@@ -382,13 +407,16 @@ def _kernel_runner(kernel: Callable, framework: str, device: Any):
         problem = Problem(repro)
         try:
             if framework == "numpy":
-                kernel(_views(regions, specs), problem)
+                _call_with_timeout(lambda: kernel(_views(regions, specs), problem), case_timeout)
                 return ""
             import torch
             dev = _torch_regions(regions, device)
-            kernel(_torch_views(dev, specs), problem)
-            if dev and dev[0].device.type == "cuda":
-                torch.cuda.synchronize(dev[0].device)
+
+            def call():
+                kernel(_torch_views(dev, specs), problem)
+                if dev and dev[0].device.type == "cuda":
+                    torch.cuda.synchronize(dev[0].device)
+            _call_with_timeout(call, case_timeout)
             for host, d in zip(regions, dev):
                 host[...] = d.cpu().numpy()
             return ""
@@ -430,14 +458,16 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
          time: Optional[str] = None, max_ulp: int = 1, strict: bool = False,
          bitwise: bool = False, repro: Union[None, str, Problem] = None, shrink: bool = True,
          shrink_time: str = "30s", max_failures: int = 0, dump: Optional[str] = None,
-         shard: Optional[str] = None) -> FuzzSummary:
+         shard: Optional[str] = None, case_timeout: Optional[float] = None) -> FuzzSummary:
     """Differential fuzzing of your kernel against the reference: the `ropekv fuzz` campaign with
     `kernel(tensors, problem)` as the tested backend. `tensors` are numpy arrays
     (framework="numpy") or torch tensors on `device` (framework="torch"), by their golden names;
     the kernel writes its outputs in place. Failures print a report and a shrunk replay line;
     `json` writes the report (the schema of `ropekv fuzz --json`, so `ropekv report merge` takes
     shards of either; `shard="K/N"` runs case i only when i % N == K). Default 1000 cases unless
-    `time` ("60s", "10m") is given."""
+    `time` ("60s", "10m") is given. `case_timeout` (seconds): a kernel call running longer is
+    interrupted and the case ERRORED with its repro (a kernel stuck in native code is
+    interrupted once it returns to Python)."""
     # the backend's name in reports: comma-free (the CLI's --backends A,B syntax)
     name = "python:" + "".join(ch if ch.isalnum() or ch in "._:-" else "_"
                                for ch in _kernel_name(kernel).strip("'<>"))[:80]
@@ -446,7 +476,9 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
         prefix += f" --framework {framework}"
     if str(device) != "cpu":
         prefix += f" --device {device}"
-    runner = _kernel_runner(kernel, framework, device)
+    if case_timeout is not None and not case_timeout > 0:
+        raise ValueError(f"case_timeout: expected seconds > 0, got {case_timeout!r}")
+    runner = _kernel_runner(kernel, framework, device, case_timeout)
     tmp = None
     if json is None:
         fd, tmp = _tempfile.mkstemp(prefix="ropekv-fuzz-", suffix=".json")

@@ -1,5 +1,6 @@
 """`python -m ropekv fuzz --kernel MODULE:FUNCTION [--framework torch] [--device cuda] [fuzz flags]`:
-the `ropekv fuzz` CLI with your Python kernel as the tested backend. Every flag of `ropekv fuzz
+the `ropekv fuzz` CLI with your Python kernel as the tested backend (--case-timeout SECONDS:
+a kernel call running longer is ERRORED). Every flag of `ropekv fuzz
 --help` after these applies (--cases, --time, --seed, --profile, --pin, --repro, --json, ...).
 Any other subcommand is the `ropekv` CLI itself (`python -m ropekv info`)."""
 import argparse
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kernel", required=True)
     parser.add_argument("--framework", default="numpy", choices=["numpy", "torch"])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--case-timeout", type=float, default=None)
     known, rest = parser.parse_known_args(argv[1:])
     if any(a == "--backends" or a.startswith("--backends=") for a in rest):
         print("ropekv: error: --backends: expected none with --kernel (the tested side is the kernel, "
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
         prefix += f" --framework {known.framework}"
     if known.device != "cpu":
         prefix += f" --device {known.device}"
-    _c.register_python_backend(name, _kernel_runner(kernel, known.framework, known.device), prefix)
+    _c.register_python_backend(name, _kernel_runner(kernel, known.framework, known.device, known.case_timeout), prefix)
     try:
         sys.stdout.flush()
         return _c.cli_main(["fuzz", "--backends", f"ref,{name}"] + rest)

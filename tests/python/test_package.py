@@ -1212,3 +1212,22 @@ def test_module_cli_other_subcommands_are_the_cli(kmod_dir, tmp_path):
     p = run_module(kmod_dir, "fuzz", "--backends", "ref,sim", "--cases", "3", "--max-tokens", "8", cwd=tmp_path)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert p.stdout.strip().splitlines()[-1] == "3 passed, 0 failed"
+
+
+def test_fuzz_case_timeout_reports_a_hanging_kernel_as_errored():
+    import time as _time
+
+    def hangs_on_split(t, p):
+        if p.layout == "split":
+            while True:
+                _time.sleep(0.01)
+        copy_kernel(t, p)
+
+    s = ropekv.fuzz(hangs_on_split, cases=30, seed=2, max_tokens=8, case_timeout=0.5,
+                    max_failures=1, shrink=False)
+    assert s.errored == 1 and not s.passed
+    case = [c for c in s.cases if c["outcome"] == "ERRORED"][0]
+    assert "case_timeout=0.5" in case["message"] and ropekv.Problem(case["repro"]).layout == "split"
+    assert case["replay"].startswith("python -m ropekv fuzz --kernel ")
+    with pytest.raises(ValueError, match="case_timeout"):
+        ropekv.fuzz(copy_kernel, cases=1, case_timeout=0)
