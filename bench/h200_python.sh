@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package on one NVIDIA GPU, in one device call: bench/h200_python.py with the
 # package from .devpy (python/ropekv + the _ropekv extension built with -DROPEKV_GPU=nvidia
-# -DROPEKV_PYTHON=ON against Python 3.12, see docs/python.md). Log and JSON go to $OUT.
+# -DROPEKV_PYTHON_MODULE=ON against Python 3.12, see docs/python.md). Log and JSON go to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench-out}"

@@ -20,6 +20,7 @@
 #include "core/case_data.h"
 #include "core/compare.h"
 #include "core/error.h"
+#include "core/golden.h"
 #include "core/problem.h"
 #include "harness/fuzz.h"
 #include "tools/backends_registry.h"
@@ -318,5 +319,22 @@ NB_MODULE(_ropekv, m) {
 #else
       false;
 #endif
+  m.def("write_golden", [](const std::string& path, const case_data& before, const case_data& after,
+                           const std::string& format) {
+    if (format == "safetensors") {
+      write_golden(path, before, after);
+    } else if (format == "npy") {
+      write_golden_npy(path, before, after);
+    } else {
+      throw arg_error("format", "safetensors or npy", "'" + format + "'");
+    }
+  }, "path"_a, "before"_a, "after"_a, "format"_a,
+        "Writes a golden case: inputs and *.initial from `before`, *.expected from `after`");
+  m.def("load_golden", [](const std::string& path) {
+    golden_case g = load_golden_case(path);
+    nb::dict meta;
+    for (const auto& [k, v] : g.file.metadata) meta[k.c_str()] = v;
+    return nb::make_tuple(std::move(g.initial), std::move(g.expected), meta);
+  }, "path"_a, "Reads a golden file: (the case before the call, the case holding *.expected, metadata)");
   m.def("backend_names", [] { return compiled_backend_names(); });
 }
