@@ -16,8 +16,6 @@ source scripts/lib.sh
 bash scripts/setup.sh
 build_dir="${ROPEKV_BUILD_DIR:-build}"
 jobs="${ROPEKV_JOBS:-$(nproc)}"
-
-
 bash scripts/python_env.sh
 
 failed=()
