@@ -150,13 +150,30 @@ rope_operands k_rope_operands(const op_args& args, int64_t t, int64_t j) {
 }
 
 double rope_allowance(const rope_operands& o, dtype out, float scale, scale_conv conv) {
-  double a = 0x1.0p-22 * (std::fabs(o.x * o.c) + std::fabs(o.partner * o.s));
-  if (!dtype_is_fp8(out)) return a;
-  switch (conv) {
-    case scale_conv::divide: return a / static_cast<double>(scale);
-    case scale_conv::reciprocal: return a * static_cast<double>(1.0f / scale);
-    default: throw error(fmt::format("rope_allowance: bad scale_conv {}", static_cast<int>(conv)));
-  }
+  rope_element e;
+  e.x = o.x;
+  e.partner = o.partner;
+  e.c = o.c;
+  e.s = o.s;
+  e.out = out;
+  e.scale = scale;
+  e.conv = conv;
+  return rope_model_allowance(numerics_model::fp32, e);
+}
+
+rope_element rope_element_of(const op_args& args, const rope_operands& o, dtype in, dtype out,
+                             float scale) {
+  rope_element e;
+  e.x = o.x;
+  e.partner = o.partner;
+  e.c = o.c;
+  e.s = o.s;
+  e.in = in;
+  e.table = args.cos_sin.present() ? args.cos_sin.type : args.cos.type;
+  e.out = out;
+  e.scale = dtype_is_fp8(out) ? scale : 1.0f;
+  e.conv = args.options.scale;
+  return e;
 }
 
 bool rope_element_passes(dtype t, uint32_t ref_bits, uint32_t got_bits, double allowance,
@@ -252,6 +269,12 @@ struct value_region {
   region_report rep;
   dtype type;
   uint64_t poison;
+  // rope regions: every element with its operands, for identifying the numerics model
+  struct rope_sample {
+    rope_element e;
+    uint32_t ref_bits, got_bits;
+  };
+  std::vector<rope_sample> samples;
   value_region(std::string name, region_rule rule, dtype t) : type(t), poison(poison_bits(t)) {
     rep.name = std::move(name);
     rep.rule = rule;
@@ -259,46 +282,91 @@ struct value_region {
   }
 
   // source_zero: the inputs this element is computed from are all zero.
-  void compare(uint32_t ref_bits, uint32_t got_bits, double allowance, bool source_zero,
-               const compare_options& opt, const std::function<std::string()>& where) {
+  void count(uint32_t ref_bits, uint32_t got_bits, bool source_zero) {
     ++rep.compared;
     if (ref_bits == poison && got_bits == poison) ++rep.poison_both;
     bool ref_zero = decode_to_f64(type, ref_bits) == 0.0;
     bool got_zero = decode_to_f64(type, got_bits) == 0.0;
     if (ref_zero && got_zero) ++rep.zero_both;
     if (source_zero) ++rep.zero_inputs;
+  }
+
+  void verdict(bool ok, int64_t ulp, uint32_t ref_bits, uint32_t got_bits, double allowance,
+               const compare_options& opt, const std::function<std::string()>& where) {
+    comparer::note_ulp(rep, ulp);
+    if (ok) return;
+    mismatch m;
+    m.where = where();
+    m.run = "b";
+    m.expected = decode_to_f64(type, ref_bits);
+    m.got = decode_to_f64(type, got_bits);
+    m.expected_bits = ref_bits;
+    m.got_bits = got_bits;
+    m.ulp = ulp;
+    m.allowance = allowance;
+    comparer::add_mismatch(rep, opt, std::move(m));
+  }
+
+  // Data movement: bit-identical.
+  void compare_exact(uint32_t ref_bits, uint32_t got_bits, bool source_zero,
+                     const compare_options& opt, const std::function<std::string()>& where) {
+    count(ref_bits, got_bits, source_zero);
+    const bool ok = ref_bits == got_bits;
+    int64_t ulp = ok ? 0 : ulp_distance(type, ref_bits, got_bits);
+    if (!ok && ulp == 0) ulp = 1;  // +0 vs -0: bits differ, data movement must keep them
+    verdict(ok, ulp, ref_bits, got_bits, 0, opt, where);
+  }
+
+  // Rope: within the bound of the selected numerics model (or bit-identical with --bitwise).
+  void compare_rope(uint32_t ref_bits, uint32_t got_bits, const rope_element& e, bool source_zero,
+                    const compare_options& opt, const std::function<std::string()>& where) {
+    count(ref_bits, got_bits, source_zero);
+    samples.push_back({e, ref_bits, got_bits});
+    const double allowance = rope_model_allowance(opt.numerics, e);
     int64_t ulp = 0;
     bool ok;
-    bool used = false;
-    if (rep.rule == region_rule::rope) {
-      if (opt.bitwise) {
-        ok = ref_bits == got_bits;
-        ulp = ok ? 0 : std::max<int64_t>(1, ulp_distance(type, ref_bits, got_bits));
-      } else {
-        ok = rope_element_passes(type, ref_bits, got_bits, allowance, opt, &ulp, &used);
-        if (used) ++rep.needed_allowance;
-      }
-    } else {
+    if (opt.bitwise) {
       ok = ref_bits == got_bits;
-      ulp = ok ? 0 : ulp_distance(type, ref_bits, got_bits);
-      if (!ok && ulp == 0) ulp = 1;  // +0 vs -0: bits differ, data movement must keep them
+      ulp = ok ? 0 : std::max<int64_t>(1, ulp_distance(type, ref_bits, got_bits));
+    } else {
+      bool used = false;
+      ok = rope_element_passes(type, ref_bits, got_bits, allowance, opt, &ulp, &used);
+      if (used) ++rep.needed_allowance;
     }
-    comparer::note_ulp(rep, ulp);
-    if (!ok) {
-      mismatch m;
-      m.where = where();
-      m.run = "b";
-      m.expected = decode_to_f64(type, ref_bits);
-      m.got = decode_to_f64(type, got_bits);
-      m.expected_bits = ref_bits;
-      m.got_bits = got_bits;
-      m.ulp = ulp;
-      m.allowance = allowance;
-      comparer::add_mismatch(rep, opt, std::move(m));
+    verdict(ok, ulp, ref_bits, got_bits, allowance, opt, where);
+  }
+
+  // Which models the values of b match bit for bit, and which bounds they meet.
+  void identify(const compare_options& opt) {
+    compare_options loose = opt;
+    loose.strict = false;
+    for (numerics_model m : all_numerics_models) {
+      numerics_check c;
+      c.model = m;
+      for (const rope_sample& x : samples) {
+        const uint32_t model_bits = rope_model_bits(m, x.e);
+        const bool both_nan = is_nan_bits(type, model_bits) && is_nan_bits(type, x.got_bits);
+        if (model_bits != x.got_bits && !both_nan) {
+          ++c.differ;
+          int64_t d = ulp_distance(type, model_bits, x.got_bits);
+          c.max_ulp_to_model = std::max(c.max_ulp_to_model, d == 0 ? int64_t{1} : d);
+        }
+        int64_t ulp = 0;
+        bool used = false;
+        if (!rope_element_passes(type, x.ref_bits, x.got_bits, rope_model_allowance(m, x.e), loose,
+                                 &ulp, &used))
+          ++c.outside;
+      }
+      rep.numerics.push_back(c);
     }
   }
 
-  void finish() {
+  void finish(const compare_options& opt) {
+    if (rep.rule == region_rule::rope && rep.compared > 0 &&
+        (opt.identify_always || rep.mismatches > 0))
+      identify(opt);
+    samples.clear();
+    samples.shrink_to_fit();
     if (rep.compared == 0) return;
     if (rep.poison_both * 10 >= rep.compared * 9) {
       rep.mistrusted = true;
@@ -358,7 +426,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t d = 0; d < dn; ++d) {
           bool zero = read_value(args.q_nope, {t, h, d}) == 0.0;
-          q_nope_r.compare(bits_at(qa, {t, h, d}), bits_at(qb, {t, h, d}), 0, zero, opt, [&] {
+          q_nope_r.compare_exact(bits_at(qa, {t, h, d}), bits_at(qb, {t, h, d}), zero, opt, [&] {
             return fmt::format("token={} head={} dim={}", t, h, d);
           });
           q_mark.mark(args.q_out, {t, h, d});
@@ -366,13 +434,13 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
         for (int64_t j = 0; j < dr; ++j) {
           rope_operands ro = q_rope_operands(args, t, h, j);
           bool zero = ro.x == 0.0 && ro.partner == 0.0;
-          double allow = rope_allowance(ro, args.q_out.type, qs, o.scale);
-          q_rope_r.compare(bits_at(qa, {t, h, dn + j}), bits_at(qb, {t, h, dn + j}), allow, zero,
+          const rope_element e = rope_element_of(args, ro, args.q_pe.type, args.q_out.type, qs);
+          q_rope_r.compare_rope(bits_at(qa, {t, h, dn + j}), bits_at(qb, {t, h, dn + j}), e, zero,
                            opt, [&] { return fmt::format("token={} head={} dim={}", t, h, dn + j); });
           q_mark.mark(args.q_out, {t, h, dn + j});
           if (o.inplace_q) {
-            double allow_in = rope_allowance(ro, args.q_pe.type, 1.0f, o.scale);
-            q_inpl_r.compare(bits_at(pa, {t, h, j}), bits_at(pb, {t, h, j}), allow_in, zero, opt,
+            const rope_element e_in = rope_element_of(args, ro, args.q_pe.type, args.q_pe.type, 1.0f);
+            q_inpl_r.compare_rope(bits_at(pa, {t, h, j}), bits_at(pb, {t, h, j}), e_in, zero, opt,
                              [&] { return fmt::format("token={} head={} dim={}", t, h, j); });
             qpe_mark.mark(args.q_pe, {t, h, j});
           }
@@ -415,7 +483,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
         bool zero = read_value(args.kv_c, {t, d}) == 0.0;
         const int64_t f = nope_at + d;
         const tensor_view& cv = joint ? args.cache : args.ckv_cache;
-        c_nope_r.compare(bits_at(ca, {blk, ent, f}), bits_at(cb, {blk, ent, f}), 0, zero, opt, [&] {
+        c_nope_r.compare_exact(bits_at(ca, {blk, ent, f}), bits_at(cb, {blk, ent, f}), zero, opt, [&] {
           return fmt::format("block={} entry={} feature={} (slot {}, token {})", blk, ent, f, s, t);
         });
         nope_mark.mark(cv, {blk, ent, f});
@@ -423,19 +491,19 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       for (int64_t j = 0; j < dr; ++j) {
         rope_operands ro = k_rope_operands(args, t, j);
         bool zero = ro.x == 0.0 && ro.partner == 0.0;
-        double allow = rope_allowance(ro, cache_t, args.k_scale, o.scale);
+        const rope_element e = rope_element_of(args, ro, args.k_pe.type, cache_t, args.k_scale);
         const int64_t f = rope_at + j;
         const tensor_view& xa = joint ? ca : ra;
         const tensor_view& xb = joint ? cb : rb;
-        c_rope_r.compare(bits_at(xa, {blk, ent, f}), bits_at(xb, {blk, ent, f}), allow, zero, opt,
+        c_rope_r.compare_rope(bits_at(xa, {blk, ent, f}), bits_at(xb, {blk, ent, f}), e, zero, opt,
                          [&] {
                            return fmt::format("block={} entry={} feature={} (slot {}, token {})",
                                               blk, ent, f, s, t);
                          });
         rope_mark.mark(joint ? args.cache : args.kpe_cache, {blk, ent, f});
         if (o.inplace_k) {
-          double allow_in = rope_allowance(ro, args.k_pe.type, 1.0f, o.scale);
-          k_inpl_r.compare(bits_at(ka, {t, j}), bits_at(kb, {t, j}), allow_in, zero, opt,
+          const rope_element e_in = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
+          k_inpl_r.compare_rope(bits_at(ka, {t, j}), bits_at(kb, {t, j}), e_in, zero, opt,
                            [&] { return fmt::format("token={} dim={}", t, j); });
           kpe_mark.mark(args.k_pe, {t, j});
         }
@@ -447,7 +515,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   if (o.inplace_q) value_regions.push_back(&q_inpl_r);
   if (o.inplace_k) value_regions.push_back(&k_inpl_r);
   for (value_region* r : value_regions) {
-    r->finish();
+    r->finish(opt);
     report.regions.push_back(std::move(r->rep));
   }
 
@@ -542,6 +610,25 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   return report;
 }
 
+std::string numerics_summary(const region_report& r) {
+  if (r.numerics.empty()) return "";
+  std::string exactly, within, outside;
+  for (const numerics_check& c : r.numerics) {
+    const std::string name = numerics_model_name(c.model);
+    if (c.differ == 0) exactly += (exactly.empty() ? "" : ", ") + name;
+    if (c.outside == 0) {
+      within += (within.empty() ? "" : ", ") + name;
+    } else {
+      outside += fmt::format("{}{} ({} of {})", outside.empty() ? "" : ", ", name, c.outside,
+                             r.compared);
+    }
+  }
+  std::string out = exactly.empty() ? "exactly no model" : "exactly " + exactly;
+  out += within.empty() ? "; within no model's bound" : "; within " + within;
+  if (!outside.empty()) out += "; outside " + outside;
+  return out;
+}
+
 std::string format_case_report(const case_report& r, bool verbose) {
   std::string out = fmt::format("{} {}", outcome_name(r.outcome), r.repro);
   if (!r.message.empty()) out += fmt::format("\n  {}", r.message);
@@ -562,12 +649,13 @@ std::string format_case_report(const case_report& r, bool verbose) {
       }
       out += fmt::format("\n    ulp histogram: {}", hist);
     }
+    if (!g.numerics.empty()) out += fmt::format("\n    numerics: {}", numerics_summary(g));
     if (g.mistrusted) out += fmt::format("\n    MISTRUSTED: {}", g.mistrust_reason);
     const int hex_digits = g.rule == region_rule::bytes ? 2 : static_cast<int>(2 * dtype_size_bytes(parse_dtype(g.dtype_name, "dtype")));
     for (const mismatch& m : g.first) {
-      out += fmt::format("\n    {}{}: expected {:.9g} (0x{:0{}x}) got {:.9g} (0x{:0{}x})", m.where,
-                         m.run == "a" ? " [run a]" : "", m.expected, m.expected_bits, hex_digits,
-                         m.got, m.got_bits, hex_digits);
+      out += fmt::format("\n    {}{}: {} {:.9g} (0x{:0{}x}) {} {:.9g} (0x{:0{}x})", m.where,
+                         m.run == "a" ? " [run a]" : "", r.expected_label, m.expected, m.expected_bits,
+                         hex_digits, r.got_label, m.got, m.got_bits, hex_digits);
       if (g.rule != region_rule::bytes) {
         out += m.ulp == ulp_distance_nan ? std::string(", ulp nan") : fmt::format(", {} ulp", m.ulp);
       }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/case_data.h"
+#include "core/numerics.h"
 #include "core/op.h"
 
 namespace ropekv {
@@ -17,6 +18,11 @@ struct compare_options {
   bool strict = false;          // ... or within max_ulp * ulp(ref) + allowance (none if strict)
   bool bitwise = false;         // rope elements too must be bit-identical (sim vs GPU faithfulness)
   int64_t max_listed = 8;       // mismatches listed per region
+  // Rope elements pass within this model's bound (core/SPEC.md "Numerics models").
+  numerics_model numerics = numerics_model::fp32;
+  // Rope regions say which models their values match bit for bit and which bounds they meet:
+  // always when set, else only for a region with a mismatch (it costs an emulation per model).
+  bool identify_always = false;
 };
 
 // ULP histogram buckets: 0, 1, 2, 3-4, 5-8, ..., 513-1024, >1024, NaN-mismatch (NaN vs number,
@@ -41,6 +47,14 @@ struct mismatch {
   double allowance = 0;     // fp32-evaluation allowance of this element (rope regions)
 };
 
+// One numerics model against the values of a rope region.
+struct numerics_check {
+  numerics_model model = numerics_model::fp32;
+  int64_t differ = 0;    // elements whose bits differ from the model's emulation (NaN == NaN)
+  int64_t outside = 0;   // elements outside the model's bound (from the reference value)
+  int64_t max_ulp_to_model = 0;  // largest ULP distance to the emulation (ulp_distance_nan: NaN)
+};
+
 struct region_report {
   std::string name;         // "q_out.nope", "q_out.rope", "cache.rope", "cache.untouched", ...
   region_rule rule = region_rule::exact;
@@ -55,7 +69,11 @@ struct region_report {
   int64_t poison_both = 0, zero_both = 0, zero_inputs = 0;
   bool mistrusted = false;
   std::string mistrust_reason;
+  // Rope regions that were identified: one entry per model, in all_numerics_models order.
+  std::vector<numerics_check> numerics;
 };
+// "exactly operand-products; within operand-products, operand-dtype; outside fp32 (311 of 2048)"
+std::string numerics_summary(const region_report& r);
 
 enum class case_outcome : uint8_t { passed, failed, errored, skipped, mistrusted };
 const char* outcome_name(case_outcome o);  // "PASSED", "FAILED", ...
@@ -65,6 +83,8 @@ struct case_report {
   case_outcome outcome = case_outcome::passed;
   std::string message;      // errored: what the backend threw; skipped: the reason; failed: a summary
   std::vector<region_report> regions;
+  // What format_case_report calls the two runs' values ("reference" / "yours" for golden compare).
+  std::string expected_label = "expected", got_label = "got";
 };
 
 // Compares run `b` (the tested backend's) against run `a` (the reference's). `initial` is the
@@ -84,6 +104,10 @@ struct rope_operands {
 // q_pe[t, h, j] and k_pe[t, j]; positions are clamped when options.positions == clamp.
 rope_operands q_rope_operands(const op_args& args, int64_t t, int64_t h, int64_t j);
 rope_operands k_rope_operands(const op_args& args, int64_t t, int64_t j);
+
+// The element of model arithmetic an output of dtype `out` holds (core/numerics.h).
+rope_element rope_element_of(const op_args& args, const rope_operands& o, dtype in, dtype out,
+                             float scale);
 
 // The fp32-evaluation allowance 2^-22 * (|x*C| + |R(x)*S|) / scale of core/SPEC.md for an
 // output of dtype `out` (scale applies only to fp8 outputs).
