@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -119,19 +120,38 @@ std::string dtypes_json(const golden_file& f) {
   throw arg_error(what.empty() ? path : path + ": " + what, expected, got);
 }
 
+// Writes `head` then the byte chunks to path + ".tmp", then renames it to `path`: a reader never
+// sees half a file.
+void write_file(const std::string& path, const std::string& head,
+                const std::vector<const std::vector<uint8_t>*>& chunks) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) file_error(path, "", "a writable file", std::strerror(errno));
+    out.write(head.data(), static_cast<std::streamsize>(head.size()));
+    for (const std::vector<uint8_t>* c : chunks)
+      out.write(reinterpret_cast<const char*>(c->data()), static_cast<std::streamsize>(c->size()));
+    out.close();
+    if (!out) {
+      const int e = errno;
+      std::remove(tmp.c_str());
+      file_error(path, "", "a complete write", std::strerror(e));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    file_error(path, "", "a file that can be renamed into place", ec.message());
+  }
+}
+
 void write_bytes(const std::string& path, const std::string& head, const golden_file& f,
                  const std::vector<std::string>* order) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) file_error(path, "", "a writable file", std::strerror(errno));
-  out.write(head.data(), static_cast<std::streamsize>(head.size()));
+  std::vector<const std::vector<uint8_t>*> chunks;
   if (order)
-    for (const std::string& name : *order) {
-      const golden_tensor& t = f.tensors.at(name);
-      out.write(reinterpret_cast<const char*>(t.bytes.data()),
-                static_cast<std::streamsize>(t.bytes.size()));
-    }
-  out.close();
-  if (!out) file_error(path, "", "a complete write", std::strerror(errno));
+    for (const std::string& name : *order) chunks.push_back(&f.tensors.at(name).bytes);
+  write_file(path, head, chunks);
 }
 
 std::string le_u64(uint64_t v) {
@@ -167,8 +187,8 @@ const char* safetensors_dtype_name(dtype t) {
     case dtype::bf16: return "BF16";
     case dtype::fp8_e4m3fn: return "F8_E4M3";
     case dtype::fp8_e5m2: return "F8_E5M2";
-    case dtype::fp8_e4m3fnuz:
-    case dtype::fp8_e5m2fnuz:
+    case dtype::fp8_e4m3fnuz: return "F8_E4M3FNUZ";
+    case dtype::fp8_e5m2fnuz: return "F8_E5M2FNUZ";
     case dtype::u8: return "U8";
     case dtype::i32: return "I32";
     case dtype::i64: return "I64";
@@ -275,12 +295,7 @@ void write_golden_npy(const std::string& dir, const case_data& before, const cas
     head += static_cast<char>((dict.size() >> 8) & 0xff);
     head += dict;
     const std::string file = name + ".npy";
-    std::ofstream out(dir + "/" + file, std::ios::binary | std::ios::trunc);
-    if (!out) file_error(dir + "/" + file, "", "a writable file", std::strerror(errno));
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-    out.close();
-    if (!out) file_error(dir + "/" + file, "", "a complete write", std::strerror(errno));
+    write_file(dir + "/" + file, head, {&t.bytes});
     tensors[name] = {{"file", file}, {"dtype", dtype_name(t.type)}, {"npy_dtype", npy_descr(t.type)},
                      {"shape", t.shape}};
   }
@@ -288,27 +303,55 @@ void write_golden_npy(const std::string& dir, const case_data& before, const cas
   for (const auto& [k, v] : f.metadata) meta[k] = v;
   meta["dtypes"] = json::parse(f.metadata.at("dtypes"));  // an object here, not a string
   meta["tensors"] = tensors;
-  std::ofstream out(dir + "/meta.json", std::ios::trunc);
-  if (!out) file_error(dir + "/meta.json", "", "a writable file", std::strerror(errno));
-  out << meta.dump(2) << "\n";
-  out.close();
-  if (!out) file_error(dir + "/meta.json", "", "a complete write", std::strerror(errno));
+  write_file(dir + "/meta.json", meta.dump(2) + "\n", {});
 }
 
-golden_file read_golden(const std::string& path) {
+namespace {
+
+// Bytes per element of every safetensors dtype (0: sub-byte or unknown; such a tensor can be
+// listed and ignored, never matched).
+int64_t safetensors_elem_size(const std::string& d) {
+  static const std::map<std::string, int64_t> sizes = {
+      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E4M3FNUZ", 1},
+      {"F8_E5M2FNUZ", 1}, {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
+      {"I32", 4}, {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}, {"C64", 8}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+std::vector<uint8_t> read_whole_file(const std::string& path) {
   // A directory opens as an ifstream on Linux; reading it throws a libstdc++ message without the
   // path. Name it here.
   std::error_code dir_ec;
-  if (std::filesystem::is_directory(path, dir_ec)) file_error(path, "", "a golden file", "a directory");
+  if (std::filesystem::is_directory(path, dir_ec)) file_error(path, "", "a file", "a directory");
   std::ifstream in(path, std::ios::binary);
-  if (!in) file_error(path, "", "a readable golden file", std::strerror(errno));
+  if (!in) file_error(path, "", "a readable file", std::strerror(errno));
   std::vector<uint8_t> bytes;
   try {
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   } catch (const std::exception& e) {
-    file_error(path, "", "a readable golden file", e.what());
+    file_error(path, "", "a readable file", e.what());
   }
-  if (in.bad()) file_error(path, "", "a readable golden file", "a read error");
+  if (in.bad()) file_error(path, "", "a readable file", "a read error");
+  return bytes;
+}
+
+// numel of a shape read from a file, bounded (2^40 elements) so that byte counts cannot overflow.
+uint64_t checked_numel(const std::vector<int64_t>& shape, const std::string& path, const std::string& where,
+                       const std::string& text) {
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) file_error(path, where, "non-negative integers", text);
+    const uint64_t v = static_cast<uint64_t>(d);
+    if (v > (uint64_t{1} << 40) || (v != 0 && numel > (uint64_t{1} << 40) / v))
+      file_error(path, where, "a tensor of at most 2^40 elements", text);
+    numel *= v;
+  }
+  return numel;
+}
+
+tensor_file read_safetensors(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_whole_file(path);
   const uint64_t size = bytes.size();
   if (size < 8)
     file_error(path, "size", "at least 8 bytes (the safetensors header length)", fmt::format("{} bytes", size));
@@ -325,15 +368,276 @@ golden_file read_golden(const std::string& path) {
   if (header.is_discarded()) file_error(path, "header", "valid JSON", "unparseable text");
   if (!header.is_object()) file_error(path, "header", "a JSON object", header.type_name());
 
-  golden_file f;
-  // metadata
+  tensor_file tf;
+  tf.path = path;
   auto meta_it = header.find("__metadata__");
-  if (meta_it == header.end() || !meta_it->is_object())
-    file_error(path, "__metadata__", "an object of strings", meta_it == header.end() ? "none" : meta_it->type_name());
-  for (auto it = meta_it->begin(); it != meta_it->end(); ++it) {
-    if (!it->is_string()) file_error(path, "__metadata__." + it.key(), "a string", it->type_name());
-    f.metadata[it.key()] = it->get<std::string>();
+  if (meta_it != header.end() && !meta_it->is_null()) {
+    if (!meta_it->is_object()) file_error(path, "__metadata__", "an object of strings", meta_it->type_name());
+    for (auto it = meta_it->begin(); it != meta_it->end(); ++it) {
+      if (!it->is_string()) file_error(path, "__metadata__." + it.key(), "a string", it->type_name());
+      tf.metadata[it.key()] = it->get<std::string>();
+    }
   }
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") continue;
+    const json& e = *it;
+    const std::string where = "tensor " + name;
+    if (!e.is_object()) file_error(path, where, "an object", e.type_name());
+    auto dt = e.find("dtype");
+    auto sh = e.find("shape");
+    auto off = e.find("data_offsets");
+    if (dt == e.end() || !dt->is_string()) file_error(path, where + " dtype", "a string", "something else");
+    if (sh == e.end() || !sh->is_array() || sh->size() > max_rank_in_file)
+      file_error(path, where + " shape", "an array of at most 8 integers", "something else");
+    if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      file_error(path, where + " data_offsets", "[begin, end] (unsigned integers)", off == e.end() ? "none" : off->dump());
+    file_tensor t;
+    t.source = path;
+    t.dtype = dt->get<std::string>();
+    t.elem_size = safetensors_elem_size(t.dtype);
+    for (const json& d : *sh) {
+      if (!d.is_number_unsigned()) file_error(path, where + " shape", "non-negative integers", sh->dump());
+      t.shape.push_back(d.get<uint64_t>() > (uint64_t{1} << 40) ? -1 : static_cast<int64_t>(d.get<uint64_t>()));
+    }
+    const uint64_t numel = checked_numel(t.shape, path, where + " shape", sh->dump());
+    const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      file_error(path, where + " data_offsets", fmt::format("0 <= begin <= end <= {} (data bytes)", data_size),
+                 fmt::format("[{}, {}]", begin, end));
+    (void)numel;  // the byte count is checked against the dtype the tensor is read as
+    t.bytes.assign(data + begin, data + end);
+    tf.tensors.emplace(name, std::move(t));
+  }
+  return tf;
+}
+
+// --- .npy ------------------------------------------------------------------------------------
+
+// The header dict of an .npy file: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+struct npy_header {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+};
+
+npy_header parse_npy_header(const std::string& h, const std::string& path) {
+  size_t i = 0;
+  auto bad = [&](const std::string& expected) -> void {
+    file_error(path, "header", expected, fmt::format("'{}' at offset {}", i < h.size() ? h.substr(i, 20) : "", i));
+  };
+  auto skip = [&] { while (i < h.size() && (h[i] == ' ' || h[i] == '\t' || h[i] == '\n')) ++i; };
+  auto expect_char = [&](char c) {
+    skip();
+    if (i >= h.size() || h[i] != c) bad(std::string("'") + c + "'");
+    ++i;
+  };
+  auto read_string = [&]() {
+    skip();
+    if (i >= h.size() || (h[i] != '\'' && h[i] != '"')) bad("a quoted string");
+    const char q = h[i++];
+    const size_t close = h.find(q, i);
+    if (close == std::string::npos) bad("a closing quote");
+    std::string s = h.substr(i, close - i);
+    i = close + 1;
+    return s;
+  };
+  npy_header r;
+  bool have_descr = false, have_order = false, have_shape = false;
+  expect_char('{');
+  for (;;) {
+    skip();
+    if (i < h.size() && h[i] == '}') { ++i; break; }
+    const std::string key = read_string();
+    expect_char(':');
+    skip();
+    if (key == "descr") {
+      if (i < h.size() && h[i] == '[') file_error(path, "descr", "a simple dtype (not a structured one)", "a list");
+      r.descr = read_string();
+      have_descr = true;
+    } else if (key == "fortran_order") {
+      if (h.compare(i, 4, "True") == 0) { r.fortran_order = true; i += 4; }
+      else if (h.compare(i, 5, "False") == 0) { r.fortran_order = false; i += 5; }
+      else bad("True or False");
+      have_order = true;
+    } else if (key == "shape") {
+      expect_char('(');
+      for (;;) {
+        skip();
+        if (i < h.size() && h[i] == ')') { ++i; break; }
+        size_t j = i;
+        while (j < h.size() && h[j] >= '0' && h[j] <= '9') ++j;
+        if (j == i || j - i > 15) bad("a non-negative integer of at most 15 digits");
+        r.shape.push_back(std::stoll(h.substr(i, j - i)));
+        i = j;
+        if (i < h.size() && h[i] == 'L') ++i;  // Python 2 longs
+        if (r.shape.size() > max_rank_in_file) file_error(path, "shape", "at most 8 dimensions", "more");
+        skip();
+        if (i < h.size() && h[i] == ',') ++i;
+        else if (i < h.size() && h[i] == ')') { ++i; break; }
+        else bad("',' or ')'");
+      }
+      have_shape = true;
+    } else {
+      file_error(path, "header key", "descr, fortran_order or shape", "'" + key + "'");
+    }
+    skip();
+    if (i < h.size() && h[i] == ',') { ++i; continue; }
+    expect_char('}');
+    break;
+  }
+  if (!have_descr || !have_order || !have_shape)
+    file_error(path, "header", "the keys descr, fortran_order and shape", "'" + h + "'");
+  return r;
+}
+
+// Bytes per element of an npy descr ropekv reads: '<f4' '<f2' '<f8' '<i1'..'<i8' '<u1'..'<u8'
+// '|b1' and the void types '|V1' '<V2' (ml_dtypes' fp8 and bfloat16 as np.save writes them).
+int64_t npy_elem_size(const std::string& descr, const std::string& path) {
+  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '>' && descr[0] != '='))
+    file_error(path, "descr", "a dtype like '<f4', '<u2', '|u1'", "'" + descr + "'");
+  const char kind = descr[1];
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(descr.substr(2), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != descr.size() - 2 || std::string("fiubV").find(kind) == std::string::npos || n < 1 || n > 8)
+    file_error(path, "descr", "a numeric dtype like '<f4', '<i8', '|u1', '<V2'", "'" + descr + "'");
+  if (descr[0] == '>' && n > 1) file_error(path, "descr", "little-endian data ('<')", "'" + descr + "' (big-endian)");
+  return n;
+}
+
+// '<u1', '|u1' and '=u1' are one dtype; multi-byte '=' is little-endian here.
+std::string canonical_descr(const std::string& descr, int64_t size) {
+  return std::string(1, size == 1 ? '|' : '<') + descr.substr(1);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+tensor_file read_npy_folder(const std::string& dir) {
+  tensor_file tf;
+  tf.path = dir;
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (ends_with(name, ".npy") && name.size() > 4) files.push_back(name);
+  }
+  if (ec) file_error(dir, "", "a readable folder", ec.message());
+  const std::string meta_path = dir + "/meta.json";
+  if (std::filesystem::exists(meta_path, ec)) {
+    const std::vector<uint8_t> text = read_whole_file(meta_path);
+    json meta = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (meta.is_discarded() || !meta.is_object()) file_error(meta_path, "", "a JSON object", "something else");
+    for (auto it = meta.begin(); it != meta.end(); ++it) {
+      if (it->is_string()) tf.metadata[it.key()] = it->get<std::string>();
+      else if (it.key() == "dtypes") tf.metadata["dtypes"] = it->dump();  // an object in meta.json
+    }
+  }
+  if (files.empty() && tf.metadata.empty()) file_error(dir, "", "a folder of .npy files", "none in it");
+  for (const std::string& f : files)
+    tf.tensors.emplace(f.substr(0, f.size() - 4), read_npy(dir + "/" + f));
+  return tf;
+}
+
+}  // namespace
+
+file_tensor read_npy(const std::string& path) {
+  const std::vector<uint8_t> b = read_whole_file(path);
+  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0)
+    file_error(path, "magic", "an .npy file (\\x93NUMPY, 10+ bytes)",
+               b.size() < 10 ? fmt::format("{} bytes", b.size()) : "other bytes");
+  const int major = b[6];
+  size_t header_len = 0, header_at = 0;
+  if (major == 1) {
+    header_len = b[8] | (size_t{b[9]} << 8);
+    header_at = 10;
+  } else if (major == 2 || major == 3) {
+    if (b.size() < 12) file_error(path, "size", "at least 12 bytes (npy 2.0 header length)", fmt::format("{} bytes", b.size()));
+    header_len = b[8] | (size_t{b[9]} << 8) | (size_t{b[10]} << 16) | (size_t{b[11]} << 24);
+    header_at = 12;
+  } else {
+    file_error(path, "version", "1.0, 2.0 or 3.0", fmt::format("{}.{}", major, static_cast<int>(b[7])));
+  }
+  if (header_len > b.size() - header_at)
+    file_error(path, "header length", fmt::format("at most {} (file size {})", b.size() - header_at, b.size()),
+               std::to_string(header_len));
+  const std::string header(b.begin() + static_cast<int64_t>(header_at),
+                           b.begin() + static_cast<int64_t>(header_at + header_len));
+  const npy_header h = parse_npy_header(header, path);
+  if (h.fortran_order)
+    file_error(path, "fortran_order", "False (C order: save np.ascontiguousarray(x))", "True");
+  file_tensor t;
+  t.source = path;
+  t.elem_size = npy_elem_size(h.descr, path);
+  t.dtype = canonical_descr(h.descr, t.elem_size);
+  t.shape = h.shape;
+  std::string shape_text = json(h.shape).dump();
+  const uint64_t numel = checked_numel(t.shape, path, "shape", shape_text);
+  const uint64_t nbytes = numel * static_cast<uint64_t>(t.elem_size);
+  const uint64_t have = b.size() - header_at - header_len;
+  if (have != nbytes)
+    file_error(path, "data", fmt::format("{} bytes for shape {} of {}", nbytes, shape_text, t.dtype),
+               fmt::format("{} bytes{}", have, have < nbytes ? " (truncated)" : ""));
+  t.bytes.assign(b.begin() + static_cast<int64_t>(header_at + header_len), b.end());
+  return t;
+}
+
+tensor_file read_tensor_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return read_npy_folder(path);
+  return read_safetensors(path);
+}
+
+bool file_dtype_fits(const std::string& d, dtype t) {
+  if (d == dtype_name(t) || d == safetensors_dtype_name(t) || d == npy_descr(t)) return true;
+  switch (t) {
+    case dtype::f32: return d == "<f4";
+    case dtype::f16: return d == "<f2";
+    case dtype::bf16: return d == "<u2" || d == "<V2" || d == "<i2";
+    case dtype::fp8_e4m3fn:
+    case dtype::fp8_e4m3fnuz:
+    case dtype::fp8_e5m2:
+    case dtype::fp8_e5m2fnuz:
+      return d == "U8" || d == "u8" || d == "|u1" || d == "|V1";
+    case dtype::u8: return d == "|u1";
+    case dtype::i32: return d == "<i4";
+    case dtype::i64: return d == "<i8";
+    default: return false;
+  }
+}
+
+golden_tensor golden_tensor_from_file(const file_tensor& ft, const golden_tensor_spec& spec, const std::string& what) {
+  if (!file_dtype_fits(ft.dtype, spec.type))
+    throw arg_error(what + " dtype",
+                    fmt::format("{} ({}, npy '{}')", dtype_name(spec.type), safetensors_dtype_name(spec.type),
+                                npy_descr(spec.type)),
+                    ft.dtype);
+  if (ft.shape != spec.shape) throw arg_error(what + " shape", json(spec.shape).dump(), json(ft.shape).dump());
+  golden_tensor t;
+  t.type = spec.type;
+  t.shape = ft.shape;
+  t.bytes = ft.bytes;
+  if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size_bytes(t.type))
+    throw arg_error(what + " data", fmt::format("{} bytes for shape {}", t.numel() * static_cast<int64_t>(dtype_size_bytes(t.type)),
+                                                json(t.shape).dump()),
+                    fmt::format("{} bytes", t.bytes.size()));
+  return t;
+}
+
+golden_file read_golden(const std::string& path) { return golden_from_tensor_file(read_tensor_file(path)); }
+
+golden_file golden_from_tensor_file(const tensor_file& tf) {
+  const std::string& path = tf.path;
+  golden_file f;
+  f.metadata = tf.metadata;
+  if (f.metadata.empty()) file_error(path, "__metadata__", "an object of strings", "none");
   auto meta = [&](const char* key) -> const std::string& {
     auto it = f.metadata.find(key);
     if (it == f.metadata.end()) file_error(path, std::string("__metadata__.") + key, "present", "missing");
@@ -352,22 +656,9 @@ golden_file read_golden(const std::string& path) {
   if (dtypes.is_discarded() || !dtypes.is_object())
     file_error(path, "__metadata__.dtypes", "a JSON object: tensor name -> dtype", meta("dtypes"));
 
-  // tensors
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    if (name == "__metadata__") continue;
-    const json& e = *it;
+  for (const auto& [name, ft] : tf.tensors) {
     const std::string where = "tensor " + name;
-    if (!e.is_object()) file_error(path, where, "an object", e.type_name());
-    auto dt = e.find("dtype");
-    auto sh = e.find("shape");
-    auto off = e.find("data_offsets");
-    if (dt == e.end() || !dt->is_string()) file_error(path, where + " dtype", "a string", "something else");
-    if (sh == e.end() || !sh->is_array() || sh->size() > max_rank_in_file)
-      file_error(path, where + " shape", "an array of at most 8 integers", "something else");
-    if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned())
-      file_error(path, where + " data_offsets", "[begin, end] (unsigned integers)", off == e.end() ? "none" : off->dump());
+    const std::string& src = ft.source.empty() ? path : ft.source;
     auto dn = dtypes.find(name);
     if (dn == dtypes.end() || !dn->is_string())
       file_error(path, "__metadata__.dtypes." + name, "the tensor's ropekv dtype", "none");
@@ -377,27 +668,21 @@ golden_file read_golden(const std::string& path) {
     } catch (const arg_error& err) {
       file_error(path, "__metadata__.dtypes." + name, err.expected(), err.got());
     }
-    if (dt->get<std::string>() != safetensors_dtype_name(t.type))
-      file_error(path, where + " dtype", fmt::format("{} (for {})", safetensors_dtype_name(t.type), dtype_name(t.type)),
-                 dt->get<std::string>());
-    uint64_t numel = 1;
-    for (const json& d : *sh) {
-      if (!d.is_number_unsigned()) file_error(path, where + " shape", "non-negative integers", sh->dump());
-      const uint64_t v = d.get<uint64_t>();
-      if (v > (uint64_t{1} << 40) || (v != 0 && numel > (uint64_t{1} << 40) / v))
-        file_error(path, where + " shape", "a tensor of at most 2^40 elements", sh->dump());
-      numel *= v;
-      t.shape.push_back(static_cast<int64_t>(v));
-    }
-    const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
-    if (begin > end || end > data_size)
-      file_error(path, where + " data_offsets", fmt::format("0 <= begin <= end <= {} (data bytes)", data_size),
-                 fmt::format("[{}, {}]", begin, end));
-    const uint64_t nbytes = numel * dtype_size_bytes(t.type);
-    if (end - begin != nbytes)
-      file_error(path, where + " data_offsets", fmt::format("{} bytes for shape {}", nbytes, sh->dump()),
-                 fmt::format("{} bytes", end - begin));
-    t.bytes.assign(data + begin, data + end);
+    // golden files name their dtype exactly; fnuz also as U8 (files written before safetensors
+    // had the fnuz names)
+    const bool fnuz = t.type == dtype::fp8_e4m3fnuz || t.type == dtype::fp8_e5m2fnuz;
+    if (ft.dtype != safetensors_dtype_name(t.type) && ft.dtype != npy_descr(t.type) && !(fnuz && ft.dtype == "U8"))
+      file_error(src, where + " dtype",
+                 fmt::format("{} (for {})", src == path ? safetensors_dtype_name(t.type) : npy_descr(t.type),
+                             dtype_name(t.type)),
+                 ft.dtype);
+    t.shape = ft.shape;
+    if (ft.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size_bytes(t.type))
+      file_error(src, where + (src == path ? " data_offsets" : " data"),
+                 fmt::format("{} bytes for shape {}", t.numel() * static_cast<int64_t>(dtype_size_bytes(t.type)),
+                             json(t.shape).dump()),
+                 fmt::format("{} bytes", ft.bytes.size()));
+    t.bytes = ft.bytes;
     f.tensors.emplace(name, std::move(t));
   }
 
@@ -415,6 +700,63 @@ golden_file read_golden(const std::string& path) {
   for (const auto& [name, t] : f.tensors)
     if (!wanted.count(name)) file_error(path, "tensor " + name, "only tensors the repro implies", "an extra tensor");
   return f;
+}
+
+std::vector<golden_tensor_spec> golden_output_specs(const problem& p) {
+  std::vector<golden_tensor_spec> out;
+  for (golden_tensor_spec s : golden_tensor_specs(p))
+    if (is_expected(s.name)) {
+      s.name = s.name.substr(0, s.name.find('.'));
+      out.push_back(s);
+    }
+  return out;
+}
+
+std::vector<golden_tensor_spec> golden_input_specs(const problem& p) {
+  std::vector<golden_tensor_spec> out;
+  for (const golden_tensor_spec& s : golden_tensor_specs(p))
+    if (s.name.find('.') == std::string::npos) out.push_back(s);
+  return out;
+}
+
+namespace {
+
+// Scatters `tf`'s tensors named by `specs` into `c`; the rest go to *ignored.
+void scatter_named(case_data& c, const tensor_file& tf, const std::vector<golden_tensor_spec>& specs,
+                   const char* kind, std::vector<std::string>* ignored) {
+  std::set<std::string> names;
+  for (const golden_tensor_spec& spec : specs) {
+    names.insert(spec.name);
+    auto it = tf.tensors.find(spec.name);
+    if (it == tf.tensors.end()) {
+      std::string have;
+      for (const auto& [n, t] : tf.tensors) have += (have.empty() ? "" : ", ") + n;
+      throw arg_error(tf.path + ": tensor " + spec.name,
+                      fmt::format("present ({} of this problem: {} {})", kind, dtype_name(spec.type),
+                                  json(spec.shape).dump()),
+                      "missing (the file holds: " + (have.empty() ? std::string("nothing") : have) + ")");
+    }
+    const std::string& src = it->second.source.empty() ? tf.path : it->second.source;
+    const golden_tensor t = golden_tensor_from_file(it->second, spec, src + ": tensor " + spec.name);
+    scatter(t, view_named(c.args, spec.name), spec.name);
+  }
+  if (ignored)
+    for (const auto& [n, t] : tf.tensors)
+      if (!names.count(n)) ignored->push_back(n);
+}
+
+}  // namespace
+
+case_data case_with_outputs(const case_data& initial, const tensor_file& outputs, std::vector<std::string>* ignored) {
+  case_data got = initial.clone();
+  scatter_named(got, outputs, golden_output_specs(initial.prob), "an output", ignored);
+  return got;
+}
+
+case_data case_with_inputs(const problem& prob, const tensor_file& inputs, std::vector<std::string>* ignored) {
+  case_data c = make_case(prob);
+  scatter_named(c, inputs, golden_input_specs(prob), "an input", ignored);
+  return c;
 }
 
 golden_case load_golden_case(const std::string& path) {

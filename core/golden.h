@@ -1,6 +1,8 @@
 // Golden files (docs/golden-format.md): one safetensors file per case with the inputs, the
 // outputs before the call and the outputs the reference produced; or a folder of .npy files plus
-// meta.json. Own minimal safetensors / npy writer and reader (no third-party code).
+// meta.json. Own minimal safetensors / npy writer and reader (no third-party code). The readers
+// also take tensor files of any writer (safetensors.torch / numpy, np.save) for `golden compare`
+// (your outputs) and `golden write --inputs` (your inputs).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -47,10 +49,61 @@ void write_golden(const std::string& path, const golden_file& file);
 // '|u1' bits, i32 '<i4', i64 '<i8') plus `dir`/meta.json (metadata, dtypes, shapes). Creates dir.
 void write_golden_npy(const std::string& dir, const case_data& before, const case_data& after);
 
-// Reads and checks a safetensors golden file. Anything wrong (truncated, bad header length, bad
+// A tensor as a file holds it, before it is matched with a golden tensor: `dtype` is the file's
+// name for it (safetensors "BF16", "F8_E4M3FNUZ", "U8", ...; npy descr "<f4", "<u2", "|u1",
+// "<V2", ...; or a ropekv dtype name "bf16", ... for tensors handed over from Python).
+struct file_tensor {
+  std::string dtype;
+  int64_t elem_size = 0;       // bytes per element
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;  // numel * elem_size bytes, row-major
+  std::string source;          // where it came from, for messages ("out.safetensors", "dir/q_out.npy")
+};
+struct tensor_file {
+  std::string path;
+  std::map<std::string, std::string> metadata;   // safetensors __metadata__ (may be empty)
+  std::map<std::string, file_tensor> tensors;
+};
+
+// Reads every tensor of a safetensors file (no metadata needed) or of a folder of .npy files
+// (NAME.npy -> tensor NAME; meta.json, when there, as metadata). Anything malformed throws
+// arg_error naming the file and what is wrong; never reads out of bounds.
+tensor_file read_tensor_file(const std::string& path);
+
+// Reads one .npy file (format 1.0, 2.0 or 3.0, C order, little-endian or byte types).
+file_tensor read_npy(const std::string& path);
+
+// True when a file dtype name (safetensors, npy descr or ropekv name) can hold ropekv dtype t:
+// its own names, and raw bits of the same size where the writer has no such type (bf16 as
+// '<u2' or ml_dtypes' '<V2'; any fp8 as U8, '|u1' or '|V1'; fnuz also as old files' U8).
+bool file_dtype_fits(const std::string& file_dtype, dtype t);
+
+// `spec` filled from a file tensor: arg_error naming `what` (e.g. "out.safetensors: tensor
+// q_out") with expected vs got when the dtype or shape disagrees.
+golden_tensor golden_tensor_from_file(const file_tensor& ft, const golden_tensor_spec& spec,
+                                      const std::string& what);
+
+// The outputs a kernel writes for `prob`: q_out, cache or ckv_cache + kpe_cache, and q_pe / k_pe
+// when in place (golden names without the `.expected` suffix), with their dtype and shape.
+std::vector<golden_tensor_spec> golden_output_specs(const problem& prob);
+// The inputs: q_nope q_pe kv_c k_pe positions slot_mapping, cos_sin or cos + sin.
+std::vector<golden_tensor_spec> golden_input_specs(const problem& prob);
+
+// `initial` with `outputs`' tensors (golden_output_specs names) scattered in: the run to compare
+// with the golden's expected outputs. A missing output, wrong dtype or shape throws arg_error
+// naming the tensor; names that are not outputs are appended to *ignored.
+case_data case_with_outputs(const case_data& initial, const tensor_file& outputs,
+                            std::vector<std::string>* ignored);
+// make_case(prob) with `inputs`' tensors (golden_input_specs names) scattered in; the same errors.
+case_data case_with_inputs(const problem& prob, const tensor_file& inputs,
+                           std::vector<std::string>* ignored);
+
+// Reads and checks a golden file: safetensors, or a folder written by write_golden_npy. Anything wrong (truncated, bad header length, bad
 // JSON, offsets out of range, unknown dtype, a tensor missing or whose dtype/shape disagrees with
 // the repro) throws arg_error naming the file and what is wrong. Never reads out of bounds.
 golden_file read_golden(const std::string& path);
+// The checks of read_golden on tensors already read (a safetensors file or an npy folder).
+golden_file golden_from_tensor_file(const tensor_file& tf);
 
 // A case ready to run: `initial` is make_case(repro) with its inputs and outputs overwritten by
 // the file's tensors (strides, padding and poison rebuilt from the repro); `expected` is a copy of
@@ -63,7 +116,7 @@ struct golden_case {
 };
 golden_case load_golden_case(const std::string& path);
 
-// safetensors dtype name of a ropekv dtype ("F32", "BF16", "F8_E4M3", fnuz formats "U8", ...).
+// safetensors dtype name of a ropekv dtype ("F32", "BF16", "F8_E4M3", "F8_E4M3FNUZ", ...).
 const char* safetensors_dtype_name(dtype t);
 
 }  // namespace ropekv

@@ -63,4 +63,35 @@ case_record check_golden_file(const std::string& path, backend& b, const compare
   return rec;
 }
 
+golden_compare_result compare_golden_outputs(const golden_case& g, const tensor_file& outputs,
+                                             const compare_options& cmp) {
+  golden_compare_result r;
+  const case_data got = case_with_outputs(g.initial, outputs, &r.ignored);
+  r.rec.report = compare_runs(g.initial, g.expected, got, cmp);
+  r.rec.report.expected_label = "reference";
+  r.rec.report.got_label = "yours";
+  return r;
+}
+
+golden_compare_result compare_golden_outputs(const std::string& golden_path, const std::string& outputs_path,
+                                             const compare_options& cmp) {
+  const golden_case g = load_golden_case(golden_path);
+  return compare_golden_outputs(g, read_tensor_file(outputs_path), cmp);
+}
+
+void write_reference_golden(const std::string& path, const std::string& format, const case_data& before,
+                            backend& ref) {
+  if (format != "safetensors" && format != "npy") throw arg_error("format", "safetensors or npy", "'" + format + "'");
+  case_data after = before.clone();
+  ref.set_case_repro(before.prob.to_repro());
+  ref.run_host(after.args, after.regions());
+  if (format == "safetensors") {
+    std::filesystem::path fp(path);
+    if (fp.has_parent_path()) std::filesystem::create_directories(fp.parent_path());
+    write_golden(path, before, after);
+  } else {
+    write_golden_npy(path, before, after);
+  }
+}
+
 }  // namespace ropekv

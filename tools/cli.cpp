@@ -1,4 +1,4 @@
-// `ropekv`: info, run, fuzz, report merge, golden write/check, bench.
+// `ropekv`: info, run, fuzz, report merge, golden write/check/compare, bench.
 #include "tools/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -125,10 +125,18 @@ other byte (nope parts, untouched cache, padding, guards, inputs) must be bit-ex
 
 const char* const golden_footer = R"(Examples:
   ropekv golden write --preset deepseek-v3 --tokens 8 --out dsv3.safetensors
+  ropekv golden write --preset deepseek-v3 --tokens 8 --table-rows 0 --out dsv3-full.safetensors
   ropekv golden write --repro 'tq=2 ts=3 tk=3 h=4 cache=fp8_e4m3fn' --out case.safetensors
   ropekv golden write --random 12 --seed 3 --max-tokens 16 --out goldens/
   ropekv golden write --preset kimi-k2 --format npy --out kimi_case/
+  ropekv golden write --repro 'tq=4 ts=4 tk=4 h=16 p=4096' --inputs my_inputs.safetensors --out mine.safetensors
   ropekv golden check dsv3.safetensors --backend sim
+  ropekv golden check kimi_case/ --backend ref
+  ropekv golden compare dsv3.safetensors --got my_outputs.safetensors
+  ropekv golden compare dsv3.safetensors --got my_outputs_npy/ --max-ulp 2 --json rec.json
+--table-rows: a preset's cos/sin table keeps rows 0..N-1 (positions drawn below N); 0: the
+preset's full table. --inputs / --got: safetensors (any writer, no metadata needed) or a
+folder of NAME.npy, tensors by their golden names without suffix (q_out, cache, ...).
 File format: docs/golden-format.md.)";
 
 struct cli_state {
@@ -318,7 +326,8 @@ int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const
 }
 
 struct golden_write_opts {
-  std::string preset, repro, out, format = "safetensors";
+  std::string preset, repro, out, format = "safetensors", inputs;
+  int64_t table_rows = 4096;
   int64_t tokens = 4;
   int64_t random = 0;
   uint64_t seed = 1;
@@ -326,17 +335,14 @@ struct golden_write_opts {
 };
 
 void write_one_golden(const problem& p, const std::string& path, const std::string& format) {
-  case_data before = make_case(p);
-  case_data after = before.clone();
   std::unique_ptr<backend> ref = find_backend("ref")();
-  ref->run_host(after.args, after.regions());
-  if (format == "safetensors") {
-    std::filesystem::path fp(path);
-    if (fp.has_parent_path()) std::filesystem::create_directories(fp.parent_path());
-    write_golden(path, before, after);
-  } else {
-    write_golden_npy(path, before, after);
-  }
+  write_reference_golden(path, format, make_case(p), *ref);
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
@@ -356,9 +362,55 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
     return 0;
   }
   problem p = problem_from(o.preset, o.tokens, o.repro, o.seed, "golden write");
-  write_one_golden(p, o.out, o.format);
+  if (o.table_rows < 0) throw arg_error("--table-rows", ">= 0 (0: the preset's full table)", std::to_string(o.table_rows));
+  if (!o.preset.empty() && o.table_rows > 0 && o.table_rows < p.table_rows) {
+    // rows 0..N-1 of the preset's table are the preset's own values; positions are drawn below N
+    p.table_rows = o.table_rows;
+    check_problem(p);
+  }
+  if (o.inputs.empty()) {
+    write_one_golden(p, o.out, o.format);
+  } else {
+    std::vector<std::string> ignored;
+    const case_data before = case_with_inputs(p, read_tensor_file(o.inputs), &ignored);
+    if (!ignored.empty()) st.out << "ignored: " << joined(ignored) << "\n";
+    std::unique_ptr<backend> ref = find_backend("ref")();
+    write_reference_golden(o.out, o.format, before, *ref);
+  }
   st.out << fmt::format("wrote {}: {}\n", o.out, p.to_repro());
   return 0;
+}
+
+int print_case_outcome(cli_state& st, const case_record& rec, const std::string& json, const nlohmann::json& extra) {
+  st.out << format_case_report(rec.report, true) << "\n";
+  fuzz_counts c;
+  switch (rec.report.outcome) {
+    case case_outcome::passed: c.passed = 1; break;
+    case case_outcome::failed: c.failed = 1; break;
+    case case_outcome::errored: c.errored = 1; break;
+    case case_outcome::skipped: c.skipped = 1; break;
+    case case_outcome::mistrusted: c.mistrusted = 1; break;
+    default: throw error("golden: bad outcome");
+  }
+  if (!json.empty()) {
+    nlohmann::json j = case_record_json(rec);
+    for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+    write_json(json, j);
+  }
+  st.out << summary_line(c) << "\n";
+  return (c.failed + c.errored) > 0 ? 1 : 0;
+}
+
+int cmd_golden_compare(cli_state& st, const std::string& file, const std::string& got, int64_t max_ulp,
+                       bool strict, const std::string& json) {
+  compare_options cmp;
+  if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
+  cmp.max_ulp = max_ulp;
+  cmp.strict = strict;
+  golden_compare_result r = compare_golden_outputs(file, got, cmp);
+  r.rec.replay = fmt::format("ropekv golden compare {} --got {}", file, got);
+  if (!r.ignored.empty()) st.out << "ignored: " << joined(r.ignored) << "\n";
+  return print_case_outcome(st, r.rec, json, {{"file", file}, {"got", got}, {"ignored", r.ignored}});
 }
 
 int cmd_golden_check(cli_state& st, const std::string& file, const std::string& backend_name,
@@ -371,24 +423,7 @@ int cmd_golden_check(cli_state& st, const std::string& file, const std::string& 
   std::unique_ptr<backend> be = find_backend(bname)();
   case_record rec = check_golden_file(file, *be, cmp);
   rec.replay = fmt::format("ropekv golden check {} --backend {}", file, bname);
-  st.out << format_case_report(rec.report, true) << "\n";
-  fuzz_counts c;
-  switch (rec.report.outcome) {
-    case case_outcome::passed: c.passed = 1; break;
-    case case_outcome::failed: c.failed = 1; break;
-    case case_outcome::errored: c.errored = 1; break;
-    case case_outcome::skipped: c.skipped = 1; break;
-    case case_outcome::mistrusted: c.mistrusted = 1; break;
-    default: throw error("golden check: bad outcome");
-  }
-  if (!json.empty()) {
-    nlohmann::json j = case_record_json(rec);
-    j["file"] = file;
-    j["backend"] = bname;
-    write_json(json, j);
-  }
-  st.out << summary_line(c) << "\n";
-  return (c.failed + c.errored) > 0 ? 1 : 0;
+  return print_case_outcome(st, rec, json, {{"file", file}, {"backend", bname}});
 }
 
 // CLI11 files an unknown subcommand name among the extras and then reports only "A subcommand
@@ -474,7 +509,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   merge->add_option("--json", merge_json, "Write the merged report here");
   merge->footer("Example:\n  ropekv report merge shard-0.json shard-1.json --json all.json");
 
-  auto* golden = app.add_subcommand("golden", "Write golden cases, or check a backend against one");
+  auto* golden = app.add_subcommand("golden", "Write golden cases, check a backend or compare your outputs against one");
   golden->require_subcommand(1);
   golden->footer(golden_footer);
   golden_write_opts gw;
@@ -487,17 +522,34 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   gwrite->add_option("--max-tokens", gw.max_tokens, "Token bound for --random")->capture_default_str();
   gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->required();
   gwrite->add_option("--format", gw.format, "safetensors or npy")->capture_default_str();
+  gwrite->add_option("--inputs", gw.inputs,
+                     "Your inputs (safetensors or npy folder: q_nope q_pe kv_c k_pe positions slot_mapping "
+                     "cos_sin | cos sin) for the problem of --repro / --preset");
+  gwrite->add_option("--table-rows", gw.table_rows,
+                     "--preset: keep table rows 0..N-1, positions below N (0: the full table)")->capture_default_str();
   gwrite->footer(golden_footer);
   std::string gc_file, gc_backend = "ref", gc_json;
   int64_t gc_max_ulp = 1;
   bool gc_strict = false;
   auto* gcheck = golden->add_subcommand("check", "Run a backend on a golden file's inputs and compare");
-  gcheck->add_option("file", gc_file, "Golden file (.safetensors)")->required();
+  gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required();
   gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
   gcheck->add_option("--max-ulp", gc_max_ulp, "Rope ULP tolerance")->capture_default_str();
   gcheck->add_flag("--strict", gc_strict, "Drop the fp32-evaluation allowance");
   gcheck->add_option("--json", gc_json, "Write the case report as JSON");
   gcheck->footer(golden_footer);
+  std::string gp_file, gp_got, gp_json;
+  int64_t gp_max_ulp = 1;
+  bool gp_strict = false;
+  auto* gcompare = golden->add_subcommand("compare", "Compare your kernel's outputs with a golden file's");
+  gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required();
+  gcompare->add_option("--got", gp_got,
+                       "Your outputs: safetensors or npy folder with q_out, cache | ckv_cache kpe_cache "
+                       "(and q_pe / k_pe when in place)")->required();
+  gcompare->add_option("--max-ulp", gp_max_ulp, "Rope ULP tolerance")->capture_default_str();
+  gcompare->add_flag("--strict", gp_strict, "Drop the fp32-evaluation allowance");
+  gcompare->add_option("--json", gp_json, "Write the case report as JSON");
+  gcompare->footer(golden_footer);
 
   bench_opts bo;
   CLI::App* bench = add_bench_command(app, bo);
@@ -530,6 +582,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   if (*merge) return cmd_report_merge(st, merge_files, merge_json);
   if (*gwrite) return cmd_golden_write(st, gw);
   if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_max_ulp, gc_strict, gc_json);
+  if (*gcompare) return cmd_golden_compare(st, gp_file, gp_got, gp_max_ulp, gp_strict, gp_json);
   if (*bench) return run_bench(bo, st.out, st.err);
   st.err << "ropekv: error: no subcommand (see ropekv --help)\n";
   return 2;

@@ -174,7 +174,8 @@ def load_golden(path):
     """Reads a golden case: a .safetensors file (parsed by hand: 8-byte header length, JSON
     header, data) or a --format npy folder (meta.json + NAME.npy). Returns (meta, tensors);
     meta is the metadata dict with meta["dtypes"] decoded from JSON; tensors map name ->
-    numpy array in its real dtype (ml_dtypes for bf16/fp8, fnuz reinterpreted from U8)."""
+    numpy array in its real dtype (ml_dtypes for bf16/fp8; fnuz from F8_E4M3FNUZ / F8_E5M2FNUZ
+    or, in files written before those names, from U8)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         with open(os.path.join(path, "meta.json")) as f:
@@ -200,7 +201,8 @@ def load_golden(path):
     meta = dict(header.pop("__metadata__", {}) or {})
     dtypes = json.loads(meta.get("dtypes", "{}"))
     meta["dtypes"] = dtypes
-    st_sizes = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "U8": 1, "I32": 4,
+    st_sizes = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+                "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "U8": 1, "I32": 4,
                 "I64": 8}
     tensors = {}
     for name, info in header.items():
