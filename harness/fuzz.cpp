@@ -240,6 +240,8 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   if (opt.cmp.max_ulp != 1) cmd += fmt::format(" --max-ulp {}", opt.cmp.max_ulp);
   if (opt.cmp.strict) cmd += " --strict";
   if (opt.cmp.bitwise) cmd += " --bitwise";
+  if (opt.cmp.numerics != numerics_model::fp32)
+    cmd += fmt::format(" --numerics {}", numerics_model_name(opt.cmp.numerics));
   if (opt.profile != fuzz_profile::any) cmd += fmt::format(" --profile {}", fuzz_profile_name(opt.profile));
   if (!opt.variant.empty() && opt.variant != "auto") cmd += " --variant " + quote_single(opt.variant);
   return cmd + " --repro " + quote_single(repro);
@@ -433,7 +435,9 @@ namespace {
 std::string num_string(double v) { return fmt::format("{:.9g}", v); }
 std::string hex_string(uint64_t v) { return fmt::format("0x{:x}", v); }
 
-nlohmann::json region_json(const region_report& g) {
+}  // namespace
+
+nlohmann::json region_report_json(const region_report& g) {
   nlohmann::json hist = nlohmann::json::object();
   for (int k = 0; k < ulp_bucket_count; ++k) hist[ulp_bucket_label(k)] = g.histogram[k];
   nlohmann::json first = nlohmann::json::array();
@@ -447,6 +451,16 @@ nlohmann::json region_json(const region_report& g) {
                      {"ulp", m.ulp == ulp_distance_nan ? nlohmann::json(nullptr) : nlohmann::json(m.ulp)},
                      {"allowance", m.allowance}});
   }
+  nlohmann::json numerics = nlohmann::json::array();
+  for (const numerics_check& c : g.numerics) {
+    numerics.push_back({{"model", numerics_model_name(c.model)},
+                        {"bit_exact", c.differ == 0},
+                        {"within_bound", c.outside == 0},
+                        {"differ", c.differ},
+                        {"outside", c.outside},
+                        {"max_ulp_to_model", c.max_ulp_to_model == ulp_distance_nan ? nlohmann::json(nullptr)
+                                                                                    : nlohmann::json(c.max_ulp_to_model)}});
+  }
   return {{"name", g.name},
           {"rule", region_rule_name(g.rule)},
           {"dtype", g.dtype_name},
@@ -457,14 +471,14 @@ nlohmann::json region_json(const region_report& g) {
           {"histogram", hist},
           {"mistrusted", g.mistrusted},
           {"mistrust_reason", g.mistrust_reason},
+          {"numerics", numerics},
+          {"numerics_summary", g.numerics.empty() ? nlohmann::json(nullptr) : nlohmann::json(numerics_summary(g))},
           {"first_mismatches", first}};
 }
 
-}  // namespace
-
 nlohmann::json case_record_json(const case_record& r) {
   nlohmann::json regions = nlohmann::json::array();
-  for (const region_report& g : r.report.regions) regions.push_back(region_json(g));
+  for (const region_report& g : r.report.regions) regions.push_back(region_report_json(g));
   auto opt_str = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
   return {{"index", r.index},
           {"outcome", outcome_name(r.report.outcome)},
@@ -504,6 +518,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"max_ulp", opt.cmp.max_ulp},
             {"strict", opt.cmp.strict},
             {"bitwise", opt.cmp.bitwise},
+            {"numerics", numerics_model_name(opt.cmp.numerics)},
             {"repro", opt.repro ? nlohmann::json(opt.repro->to_repro()) : nlohmann::json(nullptr)}}},
           {"shards",
            {{{"index", opt.shard_index},

@@ -110,7 +110,7 @@ problem shrink_problem(const problem& prob, case_outcome outcome, backend& a, ba
                        int64_t* tries, fuzz_profile profile = fuzz_profile::any,
                        const std::string& pins = "");
 
-// `ropekv fuzz --backends A,B [--max-ulp N] [--strict] [--profile P] --repro '<repro>'` (the
+// `ropekv fuzz --backends A,B [--max-ulp N] [--strict] [--numerics M] [--profile P] --repro '<repro>'` (the
 // repro replays exactly; --profile only keeps a shrink of the replay inside the profile)
 std::string replay_command(const fuzz_options& opt, const std::string& repro);
 
@@ -125,6 +125,8 @@ std::string summary_line(const fuzz_counts& c);
 // when the reports are of different campaigns or a shard appears twice.
 nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s);
 nlohmann::json case_record_json(const case_record& r);
+// One region of a case report (the report's `regions` items); also the Python package's.
+nlohmann::json region_report_json(const region_report& g);
 nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports);
 fuzz_counts counts_of_report(const nlohmann::json& report);
 

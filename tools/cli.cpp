@@ -118,10 +118,16 @@ Examples:
   ropekv fuzz --shard auto/16 --cases 100000 --json shard-$SLURM_ARRAY_TASK_ID.json
   ropekv report merge shard-*.json --json all.json
   ropekv fuzz --backends ref,hip --max-ulp 0 --strict --repro 'tq=1 ts=1 tk=1 h=8'
+  ropekv fuzz --backends ref,hip --numerics operand-products --cases 1000
 
 Rope elements pass when ulp <= --max-ulp, else when |got - ref| <= max_ulp * ulp(ref)
 + 2^-22 * (|x*C| + |R(x)*S|) / scale (the fp32 allowance; --strict drops it). Every
-other byte (nope parts, untouched cache, padding, guards, inputs) must be bit-exact.)";
+other byte (nope parts, untouched cache, padding, guards, inputs) must be bit-exact.
+--numerics names the rope arithmetic the kernel claims and uses that model's bound:
+fp32 (default), operand-products (each R(x)*S rounded to the operand dtype, then one fma
+rounded to it: AITER's Triton op), operand-dtype (the whole rope in the input dtype: vLLM's
+model-dtype rope). A failing rope region says which models its values match bit for bit
+("numerics: exactly operand-products; ...") and which bounds they meet (core/SPEC.md).)";
 
 const char* const golden_footer = R"(Examples:
   ropekv golden write --preset deepseek-v3 --tokens 8 --out dsv3.safetensors
@@ -243,6 +249,7 @@ struct fuzz_cli_opts {
   int64_t max_ulp = 1;
   int64_t max_failures = 0;
   bool strict = false, bitwise = false, no_shrink = false;
+  std::string numerics = "fp32";
   std::string shrink_time = "30s";
   std::string variant = "auto";
   std::string pin;
@@ -283,6 +290,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   f.cmp.max_ulp = o.max_ulp;
   f.cmp.strict = o.strict;
   f.cmp.bitwise = o.bitwise;
+  f.cmp.numerics = parse_numerics_model(o.numerics, "--numerics");
   f.shrink = !o.no_shrink;
   f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
   if (!o.repro.empty()) f.repro = parse_problem(o.repro);
@@ -484,6 +492,9 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
   fuzz->add_flag("--bitwise", fo.bitwise,
                  "Every element bit-identical, rope parts too (e.g. sim vs hip: the simulation's faithfulness)");
+  fuzz->add_option("--numerics", fo.numerics,
+                   "Rope arithmetic the tested kernel claims: fp32, operand-products, operand-dtype (its bound judges rope elements)")
+      ->capture_default_str();
   fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
   fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");
