@@ -266,3 +266,141 @@ TEST_CASE("golden: truncated and corrupted files give arg_error naming the file"
     }, "shape");
   }
 }
+
+namespace {
+
+// An .npy file (v1.0) with this header dict text and these data bytes.
+std::vector<uint8_t> npy_bytes(const std::string& dict, const std::vector<uint8_t>& data) {
+  std::string h = dict;
+  while ((10 + h.size() + 1) % 64 != 0) h += ' ';
+  h += '\n';
+  std::vector<uint8_t> b = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<uint8_t>(h.size() & 0xff),
+                            static_cast<uint8_t>(h.size() >> 8)};
+  for (char c : h) b.push_back(static_cast<uint8_t>(c));
+  for (uint8_t c : data) b.push_back(c);
+  return b;
+}
+
+std::string npy_error(const std::vector<uint8_t>& bytes) {
+  const std::string path = temp_path("t.npy");
+  write_all(path, bytes);
+  try {
+    read_npy(path);
+  } catch (const arg_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("golden: npy reader reads numpy's headers and rejects bad files naming them") {
+  const std::vector<uint8_t> six(24, 7);
+  const file_tensor t = [&] {
+    write_all(temp_path("ok.npy"), npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", six));
+    return read_npy(temp_path("ok.npy"));
+  }();
+  CHECK(t.dtype == "<f4");
+  CHECK(t.shape == std::vector<int64_t>{2, 3});
+  CHECK(t.bytes == six);
+  CHECK(npy_error(npy_bytes("{'descr': '<V2', 'fortran_order': False, 'shape': (12,), }", six)).empty());
+  CHECK(npy_error(npy_bytes("{\"shape\": (), \"descr\": \"<i8\", \"fortran_order\": False}", std::vector<uint8_t>(8))).empty());
+  CHECK(npy_error(npy_bytes("{'descr': '<u1', 'fortran_order': False, 'shape': (24,), }", six)).empty());
+
+  const std::string bad = temp_path("t.npy");
+  auto has = [&](const std::vector<uint8_t>& b, const char* needle) {
+    const std::string msg = npy_error(b);
+    INFO(msg);
+    CHECK(msg.find(bad) == 0);
+    CHECK(msg.find(needle) != std::string::npos);
+  };
+  const std::vector<uint8_t> good = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", six);
+  // truncated anywhere: header, data
+  for (size_t len : {size_t{0}, size_t{5}, size_t{9}, size_t{20}, size_t{63}, size_t{64}, good.size() - 1}) {
+    INFO("length " << len);
+    const std::string msg = npy_error(std::vector<uint8_t>(good.begin(), good.begin() + static_cast<int64_t>(len)));
+    CHECK(msg.find(bad) == 0);
+  }
+  has(std::vector<uint8_t>(good.begin(), good.end() - 1), "truncated");
+  has(std::vector<uint8_t>(good.begin(), good.begin() + 30), "header length");
+  std::vector<uint8_t> extra = good;
+  extra.push_back(0);
+  has(extra, "data");
+  std::vector<uint8_t> magic = good;
+  magic[1] = 'X';
+  has(magic, "magic");
+  std::vector<uint8_t> version = good;
+  version[6] = 9;
+  has(version, "version");
+  has(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", six), "fortran_order");
+  has(npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", six), "little-endian");
+  has(npy_bytes("{'descr': '<c16', 'fortran_order': False, 'shape': (2, 3), }", six), "descr");
+  has(npy_bytes("{'descr': 'O', 'fortran_order': False, 'shape': (2, 3), }", six), "descr");
+  has(npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }", six), "structured");
+  has(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", six), "header");
+  has(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", six), "2^40");
+  has(npy_bytes("{'descr': '<f4', 'fortran_order': False}", six), "shape");
+  has(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", six), "header key");
+  has(npy_bytes("{'descr': '<f4, 'fortran_order': False, 'shape': (2, 3)}", six), "header");
+  has(npy_bytes("not a dict", six), "header");
+  // every header byte flipped: an error or a harmless change, never a crash
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::vector<uint8_t> b = good;
+    b[i] ^= 0x21;
+    const std::string msg = npy_error(b);
+    if (!msg.empty()) CHECK(msg.find(bad) == 0);
+  }
+}
+
+TEST_CASE("golden: npy folders read back as golden files; outputs and inputs from tensor files") {
+  const problem p = parse_problem("tq=2 ts=3 tk=3 h=2 dn=8 dr=4 p=16 bs=2 nb=3 layout=split inplace_q=1 cache=fp8_e4m3fnuz k_scale=0.5");
+  run_pair r = run_reference(p);
+  const std::string dir = temp_path("npy_back");
+  std::filesystem::remove_all(dir);
+  write_golden_npy(dir, r.before, r.after);
+  const golden_case g = load_golden_case(dir);
+  CHECK(same_buffers(g.initial, r.before));
+  CHECK(same_buffers(g.expected, r.after));
+  // fnuz under its safetensors name; an old file's U8 still reads
+  const std::string st = temp_path("fnuz.safetensors");
+  write_golden(st, r.before, r.after);
+  const tensor_file tf = read_tensor_file(st);
+  CHECK(tf.tensors.at("ckv_cache.expected").dtype == "F8_E4M3FNUZ");
+  CHECK(file_dtype_fits("U8", dtype::fp8_e4m3fnuz));
+  CHECK(file_dtype_fits("<V2", dtype::bf16));
+  CHECK_FALSE(file_dtype_fits("F16", dtype::bf16));
+  CHECK_FALSE(file_dtype_fits("<i4", dtype::i64));
+
+  // the outputs of the golden file itself (names without suffix) make a passing run
+  tensor_file outs;
+  outs.path = "outs";
+  for (const auto& [name, t] : read_golden(st).tensors) {
+    if (name.find(".expected") == std::string::npos) continue;
+    file_tensor ft{safetensors_dtype_name(t.type), static_cast<int64_t>(dtype_size_bytes(t.type)), t.shape, t.bytes, "outs"};
+    outs.tensors[name.substr(0, name.find('.'))] = ft;
+  }
+  outs.tensors["junk"] = file_tensor{"F64", 8, {1}, std::vector<uint8_t>(8), "outs"};
+  std::vector<std::string> ignored;
+  const case_data got = case_with_outputs(g.initial, outs, &ignored);
+  CHECK(ignored == std::vector<std::string>{"junk"});
+  CHECK(same_buffers(got, r.after));
+  tensor_file missing = outs;
+  missing.tensors.erase("kpe_cache");
+  CHECK_THROWS_WITH_AS(case_with_outputs(g.initial, missing, nullptr), doctest::Contains("outs: tensor kpe_cache"), arg_error);
+  tensor_file wrong = outs;
+  wrong.tensors["q_pe"].shape = {2, 2, 2};
+  CHECK_THROWS_WITH_AS(case_with_outputs(g.initial, wrong, nullptr), doctest::Contains("tensor q_pe shape: expected [2,2,4]"), arg_error);
+  wrong = outs;
+  wrong.tensors["q_out"].dtype = "F32";
+  CHECK_THROWS_WITH_AS(case_with_outputs(g.initial, wrong, nullptr), doctest::Contains("tensor q_out dtype"), arg_error);
+
+  // inputs: the golden's own inputs rebuild the case exactly
+  tensor_file ins;
+  ins.path = "ins";
+  for (const auto& [name, t] : read_golden(st).tensors)
+    if (name.find('.') == std::string::npos)
+      ins.tensors[name] = file_tensor{dtype_name(t.type), static_cast<int64_t>(dtype_size_bytes(t.type)), t.shape, t.bytes, "ins"};
+  CHECK(same_buffers(case_with_inputs(p, ins, nullptr), r.before));
+  ins.tensors.erase("positions");
+  CHECK_THROWS_WITH_AS(case_with_inputs(p, ins, nullptr), doctest::Contains("ins: tensor positions"), arg_error);
+}
