@@ -343,6 +343,7 @@ struct value_region {
     for (numerics_model m : all_numerics_models) {
       numerics_check c;
       c.model = m;
+      if (!samples.empty()) c.operand = model_operand_dtype(m, samples[0].e.in, samples[0].e.table);
       for (const rope_sample& x : samples) {
         const uint32_t model_bits = rope_model_bits(m, x.e);
         const bool both_nan = is_nan_bits(type, model_bits) && is_nan_bits(type, x.got_bits);
@@ -614,7 +615,7 @@ std::string numerics_summary(const region_report& r) {
   if (r.numerics.empty()) return "";
   std::string exactly, within, outside;
   for (const numerics_check& c : r.numerics) {
-    const std::string name = numerics_model_name(c.model);
+    const std::string name = numerics_check_name(c);
     if (c.differ == 0) exactly += (exactly.empty() ? "" : ", ") + name;
     if (c.outside == 0) {
       within += (within.empty() ? "" : ", ") + name;
@@ -627,6 +628,27 @@ std::string numerics_summary(const region_report& r) {
   out += within.empty() ? "; within no model's bound" : "; within " + within;
   if (!outside.empty()) out += "; outside " + outside;
   return out;
+}
+
+std::string numerics_check_name(const numerics_check& c) {
+  if (c.model == numerics_model::fp32) return numerics_model_name(c.model);
+  return fmt::format("{}[{}]", numerics_model_name(c.model), dtype_name(c.operand));
+}
+
+std::string numerics_identity(const region_report& r) {
+  if (r.numerics.empty()) return "";
+  const numerics_check* exact = nullptr;
+  const numerics_check* within = nullptr;
+  for (const numerics_check& c : r.numerics) {  // all_numerics_models order: tightest first
+    if (c.differ == 0 && !exact) exact = &c;
+    if (c.outside == 0 && !within) within = &c;
+  }
+  const numerics_check& fp32 = r.numerics.front();
+  if (fp32.differ == 0) return "exactly fp32";
+  if (fp32.outside == 0) return exact ? "within fp32, exactly " + numerics_check_name(*exact) : "within fp32";
+  if (exact) return "exactly " + numerics_check_name(*exact);
+  if (within) return "within " + numerics_check_name(*within);
+  return "outside every model";
 }
 
 std::string format_case_report(const case_report& r, bool verbose) {

@@ -50,6 +50,7 @@ struct mismatch {
 // One numerics model against the values of a rope region.
 struct numerics_check {
   numerics_model model = numerics_model::fp32;
+  dtype operand = dtype::f32;  // the model's operand dtype T for this region's dtypes
   int64_t differ = 0;    // elements whose bits differ from the model's emulation (NaN == NaN)
   int64_t outside = 0;   // elements outside the model's bound (from the reference value)
   int64_t max_ulp_to_model = 0;  // largest ULP distance to the emulation (ulp_distance_nan: NaN)
@@ -74,6 +75,13 @@ struct region_report {
 };
 // "exactly operand-products; within operand-products, operand-dtype; outside fp32 (311 of 2048)"
 std::string numerics_summary(const region_report& r);
+// "fp32", or the model with its operand dtype: "operand-products[bf16]".
+std::string numerics_check_name(const numerics_check& c);
+// The region's identity in one phrase, fp32 first: "exactly fp32"; "within fp32" (plus
+// ", exactly operand-products[f32]" when another model matches bit for bit: an fp32 kernel that
+// rounds R(x)*S to f32 before its fma); else "exactly <model>" or "within <tightest model>";
+// else "outside every model"; "" if not identified.
+std::string numerics_identity(const region_report& r);
 
 enum class case_outcome : uint8_t { passed, failed, errored, skipped, mistrusted };
 const char* outcome_name(case_outcome o);  // "PASSED", "FAILED", ...

@@ -242,6 +242,7 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   if (opt.cmp.bitwise) cmd += " --bitwise";
   if (opt.cmp.numerics != numerics_model::fp32)
     cmd += fmt::format(" --numerics {}", numerics_model_name(opt.cmp.numerics));
+  if (opt.cmp.identify_always) cmd += " --identify";
   if (opt.profile != fuzz_profile::any) cmd += fmt::format(" --profile {}", fuzz_profile_name(opt.profile));
   if (!opt.variant.empty() && opt.variant != "auto") cmd += " --variant " + quote_single(opt.variant);
   return cmd + " --repro " + quote_single(repro);
@@ -322,6 +323,8 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
       rec = want_dump ? run_case(prob, *a, *b, opt.cmp, &init, &ra, &rb) : run_case(prob, *a, *b, opt.cmp);
     }
     if (!rec.variant_b.empty()) ++s.variants[variant_family(rec.variant_b)];
+    for (const region_report& g : rec.report.regions)
+      if (!g.numerics.empty() && opt.cmp.identify_always) ++s.numerics[g.name + ": " + numerics_identity(g)];
     rec.index = opt.repro ? -1 : i;
     rec.replay = replay_command(opt, rec.report.repro);
     ++s.cases_run;
@@ -418,6 +421,10 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
     for (const auto& [v, n] : s.variants) line += fmt::format(" {} x{}", v, n);
     out << line << "\n";
   }
+  if (!s.numerics.empty()) {
+    out << fmt::format("{} numerics (rope region: identity, cases):\n", opt.backend_b);
+    for (const auto& [v, n] : s.numerics) out << fmt::format("  {} x{}\n", v, n);
+  }
   if (s.counts.errored) out << fmt::format("{} errored (counted as failed below)\n", s.counts.errored);
   for (const auto& [why, n] : s.skip_reasons) out << fmt::format("skipped {}x: {}\n", n, why);
   if (s.counts.mistrusted) {
@@ -454,6 +461,7 @@ nlohmann::json region_report_json(const region_report& g) {
   nlohmann::json numerics = nlohmann::json::array();
   for (const numerics_check& c : g.numerics) {
     numerics.push_back({{"model", numerics_model_name(c.model)},
+                        {"operand_dtype", dtype_name(c.operand)},
                         {"bit_exact", c.differ == 0},
                         {"within_bound", c.outside == 0},
                         {"differ", c.differ},
@@ -501,6 +509,8 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
   for (const auto& [why, n] : s.skip_reasons) skips[why] = n;
   nlohmann::json variants = nlohmann::json::object();
   for (const auto& [v, n] : s.variants) variants[v] = n;
+  nlohmann::json numerics = nlohmann::json::object();
+  for (const auto& [v, n] : s.numerics) numerics[v] = n;
   return {{"format", "ropekv-fuzz-report"},
           {"schema_version", 1},
           {"ropekv_version", ROPEKV_VERSION},
@@ -519,6 +529,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"strict", opt.cmp.strict},
             {"bitwise", opt.cmp.bitwise},
             {"numerics", numerics_model_name(opt.cmp.numerics)},
+            {"identify", opt.cmp.identify_always},
             {"repro", opt.repro ? nlohmann::json(opt.repro->to_repro()) : nlohmann::json(nullptr)}}},
           {"shards",
            {{{"index", opt.shard_index},
@@ -535,6 +546,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"total", s.counts.total()}}},
           {"skip_reasons", skips},
           {"variants", variants},
+          {"numerics", numerics},
           {"cases", cases},
           {"summary", summary_line(s.counts)}};
 }
@@ -564,7 +576,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
   fuzz_counts c;
   nlohmann::json shards = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
-  std::map<std::string, int64_t> skips, variants;
+  std::map<std::string, int64_t> skips, variants, numerics;
   for (size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (r.at("config") != config) {
@@ -594,6 +606,8 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
     for (const auto& [why, n] : r.at("skip_reasons").items()) skips[why] += n.get<int64_t>();
     if (r.contains("variants"))  // absent in reports written before it existed
       for (const auto& [v, n] : r.at("variants").items()) variants[v] += n.get<int64_t>();
+    if (r.contains("numerics"))
+      for (const auto& [v, n] : r.at("numerics").items()) numerics[v] += n.get<int64_t>();
   }
   std::stable_sort(cases.begin(), cases.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
     return x.at("index").get<int64_t>() < y.at("index").get<int64_t>();
@@ -604,6 +618,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
                       {"skipped", c.skipped}, {"mistrusted", c.mistrusted}, {"total", c.total()}};
   merged["skip_reasons"] = skips;
   merged["variants"] = variants;
+  merged["numerics"] = numerics;
   merged["summary"] = summary_line(c);
   return merged;
 }

@@ -82,6 +82,8 @@ struct fuzz_summary {
   std::vector<case_record> notable;            // non-passed cases (up to max_reported)
   std::map<std::string, int64_t> skip_reasons;
   std::map<std::string, int64_t> variants;     // backend b's kernel family ("fast_v4", ...) -> cases it ran
+  // identified rope regions (cmp.identify_always, `--identify`): numerics_identity -> regions
+  std::map<std::string, int64_t> numerics;
   int64_t cases_run = 0;
   int64_t next_index = 0;                      // first case index not looked at
   double elapsed_s = 0;

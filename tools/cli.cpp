@@ -119,6 +119,7 @@ Examples:
   ropekv report merge shard-*.json --json all.json
   ropekv fuzz --backends ref,hip --max-ulp 0 --strict --repro 'tq=1 ts=1 tk=1 h=8'
   ropekv fuzz --backends ref,hip --numerics operand-products --cases 1000
+  ropekv fuzz --backends ref,sim --identify --cases 200
 
 Rope elements pass when ulp <= --max-ulp, else when |got - ref| <= max_ulp * ulp(ref)
 + 2^-22 * (|x*C| + |R(x)*S|) / scale (the fp32 allowance; --strict drops it). Every
@@ -250,6 +251,7 @@ struct fuzz_cli_opts {
   int64_t max_failures = 0;
   bool strict = false, bitwise = false, no_shrink = false;
   std::string numerics = "fp32";
+  bool identify = false;
   std::string shrink_time = "30s";
   std::string variant = "auto";
   std::string pin;
@@ -291,6 +293,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   f.cmp.strict = o.strict;
   f.cmp.bitwise = o.bitwise;
   f.cmp.numerics = parse_numerics_model(o.numerics, "--numerics");
+  f.cmp.identify_always = o.identify;
   f.shrink = !o.no_shrink;
   f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
   if (!o.repro.empty()) f.repro = parse_problem(o.repro);
@@ -495,6 +498,9 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--numerics", fo.numerics,
                    "Rope arithmetic the tested kernel claims: fp32, operand-products, operand-dtype (its bound judges rope elements)")
       ->capture_default_str();
+  fuzz->add_flag("--identify", fo.identify,
+                 "Identify every case's rope arithmetic (not only a failing one's) and count it: "
+                 "\"q_out.rope: exactly fp32 x1990\"");
   fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
   fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");

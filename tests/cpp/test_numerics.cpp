@@ -108,6 +108,7 @@ TEST_CASE("numerics: the fp32 model is the reference bit for bit; the sim is wit
       INFO(p.to_repro() << " " << g.name << ": " << numerics_summary(g));
       CHECK(self.regions[k].numerics[0].differ == 0);  // the emulation is the reference
       CHECK(g.numerics[0].outside == 0);               // the sim is within fp32
+      CHECK(numerics_identity(g).rfind(g.numerics[0].differ == 0 ? "exactly fp32" : "within fp32", 0) == 0);
     }
   }
   CHECK(rope_regions > 60);
@@ -144,8 +145,9 @@ TEST_CASE("numerics: a run of operand-products arithmetic is identified, fails f
   CHECK(q->numerics[static_cast<int>(numerics_model::operand_products)].differ == 0);
   CHECK(q->numerics[static_cast<int>(numerics_model::fp32)].differ > 0);
   CHECK(q->numerics[static_cast<int>(numerics_model::fp32)].outside == q->mismatches);
-  CHECK(numerics_summary(*q).rfind("exactly operand-products; within operand-products", 0) == 0);
-  CHECK(format_case_report(fp32, false).find("numerics: exactly operand-products") != std::string::npos);
+  CHECK(numerics_summary(*q).rfind("exactly operand-products[bf16]; within operand-products[bf16]", 0) == 0);
+  CHECK(numerics_identity(*q) == "exactly operand-products[bf16]");
+  CHECK(format_case_report(fp32, false).find("numerics: exactly operand-products[bf16]") != std::string::npos);
 
   opt.numerics = numerics_model::operand_products;
   CHECK(compare_runs(initial, ref, b, opt).outcome == case_outcome::passed);
