@@ -412,28 +412,51 @@ int print_case_outcome(cli_state& st, const case_record& rec, const std::string&
   return (c.failed + c.errored) > 0 ? 1 : 0;
 }
 
-int cmd_golden_compare(cli_state& st, const std::string& file, const std::string& got, int64_t max_ulp,
-                       bool strict, const std::string& json) {
-  compare_options cmp;
-  if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
-  cmp.max_ulp = max_ulp;
-  cmp.strict = strict;
-  golden_compare_result r = compare_golden_outputs(file, got, cmp);
-  r.rec.replay = fmt::format("ropekv golden compare {} --got {}", file, got);
+// The comparison flags of golden check / compare. Every rope region is identified.
+struct golden_cmp_opts {
+  int64_t max_ulp = 1;
+  bool strict = false;
+  std::string numerics = "fp32";
+  compare_options options() const {
+    compare_options cmp;
+    if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
+    cmp.max_ulp = max_ulp;
+    cmp.strict = strict;
+    cmp.numerics = parse_numerics_model(numerics, "--numerics");
+    cmp.identify_always = true;
+    return cmp;
+  }
+  std::string replay_flags() const {  // the non-default ones
+    std::string f;
+    if (max_ulp != 1) f += fmt::format(" --max-ulp {}", max_ulp);
+    if (strict) f += " --strict";
+    if (numerics != "fp32") f += " --numerics " + numerics;
+    return f;
+  }
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--max-ulp", max_ulp, "Rope ULP tolerance")->capture_default_str();
+    cmd->add_flag("--strict", strict, "Drop the rope allowance of the numerics model");
+    cmd->add_option("--numerics", numerics,
+                    "Rope arithmetic the outputs claim: fp32, operand-products, operand-dtype (core/SPEC.md); "
+                    "every rope region says which models it matches bit for bit")
+        ->capture_default_str();
+  }
+};
+
+int cmd_golden_compare(cli_state& st, const std::string& file, const std::string& got,
+                       const golden_cmp_opts& o, const std::string& json) {
+  golden_compare_result r = compare_golden_outputs(file, got, o.options());
+  r.rec.replay = fmt::format("ropekv golden compare {} --got {}{}", file, got, o.replay_flags());
   if (!r.ignored.empty()) st.out << "ignored: " << joined(r.ignored) << "\n";
   return print_case_outcome(st, r.rec, json, {{"file", file}, {"got", got}, {"ignored", r.ignored}});
 }
 
 int cmd_golden_check(cli_state& st, const std::string& file, const std::string& backend_name,
-                     int64_t max_ulp, bool strict, const std::string& json) {
-  compare_options cmp;
-  if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
-  cmp.max_ulp = max_ulp;
-  cmp.strict = strict;
+                     const golden_cmp_opts& o, const std::string& json) {
   std::string bname = canonical_backend_name(backend_name);
   std::unique_ptr<backend> be = find_backend(bname)();
-  case_record rec = check_golden_file(file, *be, cmp);
-  rec.replay = fmt::format("ropekv golden check {} --backend {}", file, bname);
+  case_record rec = check_golden_file(file, *be, o.options());
+  rec.replay = fmt::format("ropekv golden check {} --backend {}{}", file, bname, o.replay_flags());
   return print_case_outcome(st, rec, json, {{"file", file}, {"backend", bname}});
 }
 
@@ -546,25 +569,21 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                      "--preset: keep table rows 0..N-1, positions below N (0: the full table)")->capture_default_str();
   gwrite->footer(golden_footer);
   std::string gc_file, gc_backend = "ref", gc_json;
-  int64_t gc_max_ulp = 1;
-  bool gc_strict = false;
+  golden_cmp_opts gc_cmp;
   auto* gcheck = golden->add_subcommand("check", "Run a backend on a golden file's inputs and compare");
   gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required();
   gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
-  gcheck->add_option("--max-ulp", gc_max_ulp, "Rope ULP tolerance")->capture_default_str();
-  gcheck->add_flag("--strict", gc_strict, "Drop the fp32-evaluation allowance");
+  gc_cmp.add_to(gcheck);
   gcheck->add_option("--json", gc_json, "Write the case report as JSON");
   gcheck->footer(golden_footer);
   std::string gp_file, gp_got, gp_json;
-  int64_t gp_max_ulp = 1;
-  bool gp_strict = false;
+  golden_cmp_opts gp_cmp;
   auto* gcompare = golden->add_subcommand("compare", "Compare your kernel's outputs with a golden file's");
   gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required();
   gcompare->add_option("--got", gp_got,
                        "Your outputs: safetensors or npy folder with q_out, cache | ckv_cache kpe_cache "
                        "(and q_pe / k_pe when in place)")->required();
-  gcompare->add_option("--max-ulp", gp_max_ulp, "Rope ULP tolerance")->capture_default_str();
-  gcompare->add_flag("--strict", gp_strict, "Drop the fp32-evaluation allowance");
+  gp_cmp.add_to(gcompare);
   gcompare->add_option("--json", gp_json, "Write the case report as JSON");
   gcompare->footer(golden_footer);
 
@@ -598,8 +617,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   if (*fuzz) return cmd_fuzz(st, fo);
   if (*merge) return cmd_report_merge(st, merge_files, merge_json);
   if (*gwrite) return cmd_golden_write(st, gw);
-  if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_max_ulp, gc_strict, gc_json);
-  if (*gcompare) return cmd_golden_compare(st, gp_file, gp_got, gp_max_ulp, gp_strict, gp_json);
+  if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_cmp, gc_json);
+  if (*gcompare) return cmd_golden_compare(st, gp_file, gp_got, gp_cmp, gp_json);
   if (*bench) return run_bench(bo, st.out, st.err);
   st.err << "ropekv: error: no subcommand (see ropekv --help)\n";
   return 2;
