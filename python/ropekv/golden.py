@@ -5,12 +5,16 @@
     g.problem, g.case.tensors, g.expected["cache"], g.metadata["repro"]
     ropekv.golden.save("mine.safetensors", case)                 # expected = the reference's
     ropekv.golden.save("theirs.safetensors", case, my_outputs)   # expected = your outputs
+    ropekv.golden.compare(g, {"q_out": q_out, "cache": cache}).assert_ok()   # yours vs the file's
+    ropekv.golden.compare("dsv3.safetensors", "my_outputs.safetensors")      # a path: any writer
+    ropekv.golden.write_from_inputs("mine.safetensors", problem, "my_inputs.safetensors")
 """
-from typing import Any, Dict, Mapping, Optional
+import os as _os
+from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as _np
 
-from . import Case, Problem, _c, _outputs_of, _pristine, _to_numpy_bits
+from . import Case, Problem, Report, _c, _dtype_name, _outputs_of, _pristine, _to_numpy_bits, _torch_name
 
 
 class Golden:
@@ -18,7 +22,10 @@ class Golden:
     make_case lays them out: run your kernel on case.tensors), `expected` (numpy arrays of the
     outputs by name), `metadata` (every __metadata__ entry of the file)."""
 
-    def __init__(self, initial, expected, metadata: Dict[str, str]):
+    def __init__(self, initial, expected, metadata: Dict[str, str], path: str = ""):
+        self._initial = initial.clone()  # untouched by a kernel run in place on case.tensors
+        self._expected = expected
+        self._path = path
         self.case = Case(initial)
         self.problem: Problem = self.case.problem
         self.metadata = dict(metadata)
@@ -30,9 +37,10 @@ class Golden:
 
 
 def load(path: str) -> Golden:
-    """Reads and checks a golden file (ValueError naming the file and what is wrong)."""
+    """Reads and checks a golden file: safetensors, or an npy folder (ValueError naming the file
+    and what is wrong)."""
     initial, expected, metadata = _c.load_golden(str(path))
-    return Golden(initial, expected, metadata)
+    return Golden(initial, expected, metadata, str(path))
 
 
 def save(path: str, case: Case, outputs: Optional[Mapping[str, Any]] = None,
@@ -55,3 +63,62 @@ def save(path: str, case: Case, outputs: Optional[Mapping[str, Any]] = None,
             want = after.tensors[name]
             want[...] = _to_numpy_bits(name, outputs[name], want)
     _c.write_golden(str(path), before._data, after._data, format)
+
+
+def _tensor_entries(tensors: Mapping[str, Any]):
+    """(name, dtype, shape, bytes) per tensor, numpy or torch on any device: the dtype as a
+    ropekv name where it is one, else numpy's descr ('<f4', '|u1', '<V2'); C++ checks them."""
+    out = []
+    for name, value in tensors.items():
+        if type(value).__module__.startswith("torch"):
+            import torch
+            t = value.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+            if ints is None:
+                raise ValueError(f"{name}: expected a tensor of 1, 2, 4 or 8-byte elements, got {t.dtype}")
+            arr = t.contiguous().view(ints).numpy()
+            dtype = _torch_name(t.dtype)
+        else:
+            arr = _np.asarray(value)
+            dtype = _dtype_name(arr.dtype)
+            if dtype == str(arr.dtype):  # not a ropekv dtype: numpy's own name of it
+                dtype = arr.dtype.str
+        out.append((str(name), dtype, [int(d) for d in arr.shape],
+                    _np.ascontiguousarray(arr).tobytes()))
+    return out
+
+
+def _source(value: Union[str, "_os.PathLike", Mapping[str, Any]]):
+    if isinstance(value, (str, _os.PathLike)):
+        return _os.fspath(value)
+    return _tensor_entries(value)
+
+
+def compare(golden: Union[str, "_os.PathLike", Golden], outputs: Union[str, "_os.PathLike", Mapping[str, Any]],
+            max_ulp: int = 1, strict: bool = False, bitwise: bool = False) -> Report:
+    """Compares your kernel's outputs with a golden file's expected ones, as `ropekv golden
+    compare` does: `golden` a path or a Golden; `outputs` a path (safetensors from any writer, or
+    an npy folder) or a dict of numpy / torch arrays, holding q_out, cache (joint) or ckv_cache +
+    kpe_cache (split), and q_pe / k_pe when in place, logical and contiguous, by golden name
+    without suffix. Other names are ignored (report.ignored lists them). A missing output, a
+    wrong dtype or shape: ValueError naming the tensor. The report says "reference" and
+    "yours"."""
+    g = golden if isinstance(golden, Golden) else load(golden)
+    d, ignored = _c.compare_golden(g._initial, g._expected, _source(outputs), max_ulp, strict, bitwise)
+    where = g._path or "golden"
+    got = _os.fspath(outputs) if isinstance(outputs, (str, _os.PathLike)) else "outputs"
+    r = Report(d, f"ropekv.golden.compare({where!r}, {got!r})")
+    r.ignored = list(ignored)
+    return r
+
+
+def write_from_inputs(path: Union[str, "_os.PathLike"], problem: Union[str, Problem],
+                      inputs: Union[str, "_os.PathLike", Mapping[str, Any]], format: str = "safetensors") -> None:
+    """Writes the golden file of your own inputs: `problem` (a Problem or repro string) says the
+    shapes, dtypes and options; `inputs` (a path: safetensors or npy folder, or a dict of numpy /
+    torch arrays) holds q_nope q_pe kv_c k_pe positions slot_mapping and cos_sin (or cos, sin)
+    with exactly those shapes and dtypes (ValueError naming the tensor, expected vs got). The
+    outputs start poisoned as make_case lays them out; *.expected is the reference's run."""
+    _c.write_golden_from_inputs(_os.fspath(path), str(Problem(problem)), _source(inputs), format)

@@ -7,12 +7,14 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "core/backend.h"
@@ -23,6 +25,7 @@
 #include "core/golden.h"
 #include "core/problem.h"
 #include "harness/fuzz.h"
+#include "harness/golden_io.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
 #if ROPEKV_HAVE_HIP
@@ -336,5 +339,51 @@ NB_MODULE(_ropekv, m) {
     for (const auto& [k, v] : g.file.metadata) meta[k.c_str()] = v;
     return nb::make_tuple(std::move(g.initial), std::move(g.expected), meta);
   }, "path"_a, "Reads a golden file: (the case before the call, the case holding *.expected, metadata)");
+  // Tensors handed over from Python as (name, dtype, shape, bytes): dtype a ropekv name or a
+  // numpy descr ('<f4', '|u1', '<V2'); a str instead of the list is a safetensors file or an npy
+  // folder.
+  using py_tensor = std::tuple<std::string, std::string, std::vector<int64_t>, nb::bytes>;
+  auto tensors_of = [](const std::variant<std::string, std::vector<py_tensor>>& src, const char* what) {
+    if (const auto* path = std::get_if<std::string>(&src)) return read_tensor_file(*path);
+    tensor_file tf;
+    tf.path = what;
+    for (const auto& [name, dt, shape, bytes] : std::get<std::vector<py_tensor>>(src)) {
+      file_tensor t;
+      t.dtype = dt;
+      t.shape = shape;
+      const auto* b = static_cast<const uint8_t*>(bytes.data());
+      t.bytes.assign(b, b + bytes.size());
+      t.source = what;
+      tf.tensors[name] = std::move(t);
+    }
+    return tf;
+  };
+  m.def("compare_golden", [tensors_of](const case_data& initial, const case_data& expected,
+                                       const std::variant<std::string, std::vector<py_tensor>>& outputs,
+                                       int64_t max_ulp, bool strict, bool bitwise) {
+    golden_case g;
+    g.initial = initial.clone();
+    g.expected = expected.clone();
+    const tensor_file tf = tensors_of(outputs, "outputs");
+    golden_compare_result r;
+    {
+      nb::gil_scoped_release nogil;
+      r = compare_golden_outputs(g, tf, compare_opts(max_ulp, strict, bitwise));
+    }
+    return nb::make_tuple(report_dict(r.rec.report), r.ignored);
+  }, "initial"_a, "expected"_a, "outputs"_a, "max_ulp"_a, "strict"_a, "bitwise"_a,
+        "Your outputs (a path or (name, dtype, shape, bytes) tensors) against a golden case: (report, ignored names)");
+  m.def("write_golden_from_inputs", [tensors_of](const std::string& path, const std::string& repro,
+                                                 const std::variant<std::string, std::vector<py_tensor>>& inputs,
+                                                 const std::string& format) {
+    const problem p = parse_problem(repro);
+    std::vector<std::string> ignored;
+    const case_data before = case_with_inputs(p, tensors_of(inputs, "inputs"), &ignored);
+    std::unique_ptr<backend> ref = find_backend("ref")();
+    nb::gil_scoped_release nogil;
+    write_reference_golden(path, format, before, *ref);
+    return ignored;
+  }, "path"_a, "repro"_a, "inputs"_a, "format"_a,
+        "Writes the golden file of your inputs (a path or tensors) for the problem `repro`; returns the ignored names");
   m.def("backend_names", [] { return compiled_backend_names(); });
 }
