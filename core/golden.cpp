@@ -567,7 +567,7 @@ file_tensor read_npy(const std::string& path) {
   }
   if (header_len > b.size() - header_at)
     file_error(path, "header length", fmt::format("at most {} (file size {})", b.size() - header_at, b.size()),
-               std::to_string(header_len));
+               fmt::format("{} (truncated)", header_len));
   const std::string header(b.begin() + static_cast<int64_t>(header_at),
                            b.begin() + static_cast<int64_t>(header_at + header_len));
   const npy_header h = parse_npy_header(header, path);
