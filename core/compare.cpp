@@ -184,10 +184,10 @@ bool rope_element_passes(dtype t, uint32_t ref_bits, uint32_t got_bits, double a
   if (*ulp <= opt.max_ulp) return true;
   double ref = decode_to_f64(t, ref_bits), got = decode_to_f64(t, got_bits);
   if (!std::isfinite(ref) || !std::isfinite(got)) return false;
-  double diff = std::fabs(got - ref);
-  double ulp_tol = static_cast<double>(opt.max_ulp) * ulp_at(t, ref);
-  if (diff <= ulp_tol) return true;  // across a power of two: fewer ulps above than steps below
-  if (opt.strict) return false;
+  if (opt.strict) return false;  // the ULP distance (representable steps) alone decides
+  // max_ulp steps from ref toward got cover at least max_ulp spacings of the smaller magnitude
+  const double diff = std::fabs(got - ref);
+  const double ulp_tol = static_cast<double>(opt.max_ulp) * ulp_at(t, std::min(std::fabs(ref), std::fabs(got)));
   if (diff <= ulp_tol + allowance) {
     *used_allowance = true;
     return true;
@@ -311,8 +311,13 @@ struct value_region {
   void compare_exact(uint32_t ref_bits, uint32_t got_bits, bool source_zero,
                      const compare_options& opt, const std::function<std::string()>& where) {
     count(ref_bits, got_bits, source_zero);
-    const bool ok = ref_bits == got_bits;
+    // a NaN moves as a NaN of the same sign; its payload is not part of the contract
+    const int sign_shift = 8 * static_cast<int>(dtype_size_bytes(type)) - 1;
+    const bool same_nan = is_nan_bits(type, ref_bits) && is_nan_bits(type, got_bits) &&
+                          ((ref_bits ^ got_bits) >> sign_shift & 1u) == 0;
+    const bool ok = ref_bits == got_bits || same_nan;
     int64_t ulp = ok ? 0 : ulp_distance(type, ref_bits, got_bits);
+    if (!ok && is_nan_bits(type, ref_bits) && is_nan_bits(type, got_bits)) ulp = ulp_distance_nan;
     if (!ok && ulp == 0) ulp = 1;  // +0 vs -0: bits differ, data movement must keep them
     verdict(ok, ulp, ref_bits, got_bits, 0, opt, where);
   }

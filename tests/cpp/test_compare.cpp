@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/sim/sim_backend.h"
 #include "core/case_data.h"
 #include "core/compare.h"
 #include "core/convert.h"
@@ -240,3 +241,64 @@ TEST_CASE("compare: bitwise mode fails a 1-ulp rope difference that the ULP rule
   CHECK(compare_runs(initial, a, b, loose).outcome == case_outcome::passed);
   CHECK(compare_runs(initial, a, b, bitwise).outcome == case_outcome::failed);
 }
+
+namespace ropekv {
+
+TEST_CASE("rope rule: the ULP distance counts representable values, also across a power of two") {
+  compare_options strict;  // max_ulp 1, no allowance: the distance alone decides
+  strict.strict = true;
+  int64_t ulp = 0;
+  bool used = false;
+  const dtype t = dtype::bf16;
+  auto enc = [&](double v) { return encode_from_f64(t, v, overflow_mode::ieee); };
+  const uint32_t two = enc(2.0);                  // spacing above 2^-6, below 2^-7
+  const uint32_t one_below = enc(2.0 - 0x1p-7);   // 1 step below
+  const uint32_t two_below = enc(2.0 - 0x1p-6);   // 2 steps below: |diff| == the spacing above
+  CHECK(rope_element_passes(t, two, one_below, 0, strict, &ulp, &used));
+  CHECK(ulp == 1);
+  CHECK_FALSE(rope_element_passes(t, two, two_below, 0, strict, &ulp, &used));
+  CHECK(ulp == 2);
+  CHECK_FALSE(rope_element_passes(t, two_below, two, 0, strict, &ulp, &used));  // symmetric
+  CHECK(ulp == 2);
+  compare_options loose;  // the allowance path uses the smaller magnitude's spacing
+  CHECK_FALSE(rope_element_passes(t, two, two_below, 0, loose, &ulp, &used));
+  CHECK(rope_element_passes(t, two, two_below, 0x1p-7, loose, &ulp, &used));
+  CHECK(used);
+}
+
+TEST_CASE("data movement: a NaN moves as a NaN of the same sign, payload free; the reference and the sim agree") {
+  for (const char* repro : {"tq=1 ts=1 tk=1 h=1 dn=4 dr=2 p=2 bs=1 nb=1 in=bf16 qo=f32 cache=bf16",
+                            "tq=1 ts=1 tk=1 h=1 dn=4 dr=2 p=2 bs=1 nb=1 in=f16 qo=f32 cache=fp8_e4m3fn",
+                            "tq=1 ts=1 tk=1 h=1 dn=4 dr=2 p=2 bs=1 nb=1 in=f32 qo=bf16 cache=fp8_e5m2fnuz"}) {
+    INFO(repro);
+    const problem p = parse_problem(repro);
+    case_data init = make_case(p);
+    const size_t es = dtype_size_bytes(p.in_dtype);
+    const uint32_t neg = p.in_dtype == dtype::f32 ? 0xffc01234u : p.in_dtype == dtype::bf16 ? 0xffc1u : 0xfe01u;
+    const uint32_t pos = neg & ~(1u << (8 * es - 1));
+    store_bits(p.in_dtype, init.args.q_nope.data, neg);  // payload and sign
+    store_bits(p.in_dtype, static_cast<uint8_t*>(init.args.q_nope.data) + es, pos);
+    store_bits(p.in_dtype, init.args.kv_c.data, neg);
+    case_data ref = init.clone(), sim = init.clone();
+    make_cpu_backend()->run_host(ref.args, ref.regions());
+    make_sim_backend()->run_host(sim.args, sim.regions());
+    const size_t qs = dtype_size_bytes(p.q_out_dtype);
+    auto q_at = [&](case_data& c, int i) {
+      return static_cast<uint32_t>(load_bits(p.q_out_dtype, static_cast<uint8_t*>(c.args.q_out.data) + i * qs));
+    };
+    CHECK(is_nan_bits(p.q_out_dtype, q_at(ref, 0)));
+    CHECK(is_nan_bits(p.q_out_dtype, q_at(ref, 1)));
+    CHECK(compare_runs(init, ref, sim, compare_options{}).outcome == case_outcome::passed);
+    // a NaN that lost its sign, or became a number, is a mismatch in q_out.nope
+    case_data bad = ref.clone();
+    const uint32_t flipped = q_at(bad, 0) ^ (1u << (8 * qs - 1));
+    store_bits(p.q_out_dtype, bad.args.q_out.data, flipped);
+    const case_report r = compare_runs(init, ref, bad, compare_options{});
+    CHECK(r.outcome == case_outcome::failed);
+    CHECK(region(r, "q_out.nope").mismatches == 1);
+    store_bits(p.q_out_dtype, bad.args.q_out.data, 0);
+    CHECK(region(compare_runs(init, ref, bad, compare_options{}), "q_out.nope").mismatches == 1);
+  }
+}
+
+}  // namespace ropekv
