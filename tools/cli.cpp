@@ -403,6 +403,7 @@ int print_case_outcome(cli_state& st, const case_record& rec, const std::string&
     case case_outcome::mistrusted: c.mistrusted = 1; break;
     default: throw error("golden: bad outcome");
   }
+  if (c.failed + c.errored > 0 && !rec.replay.empty()) st.out << "  replay: " << rec.replay << "\n";
   if (!json.empty()) {
     nlohmann::json j = case_record_json(rec);
     for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();

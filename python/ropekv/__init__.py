@@ -264,8 +264,10 @@ def _torch_name(dt) -> str:
 
 class Report:
     """The comparison of one case, region by region (the CLI's report). `passed`, `outcome`
-    (PASSED, FAILED, ERRORED, SKIPPED, MISTRUSTED), `regions` (dicts: name, rule, compared,
-    mismatches, max_ulp, first mismatches), str(report): the text with the replay line."""
+    (PASSED, FAILED, ERRORED, SKIPPED, MISTRUSTED), `regions` (dicts as in the CLI's JSON
+    report: name, rule, compared, mismatches, max_ulp, numerics, first_mismatches), `numerics`
+    ({rope region: {"exactly": [models matched bit for bit], "within": [models whose bound
+    holds]}}), str(report): the text with the replay line."""
 
     def __init__(self, d: Dict[str, Any], replay: str):
         self.outcome: str = d["outcome"]
@@ -273,6 +275,9 @@ class Report:
         self.repro: str = d["repro"]
         self.message: str = d["message"]
         self.regions = d["regions"]
+        self.numerics = {r["name"]: {"exactly": [m["model"] for m in r["numerics"] if m["bit_exact"]],
+                                     "within": [m["model"] for m in r["numerics"] if m["within_bound"]]}
+                         for r in self.regions if r["numerics"]}
         self.replay = replay
         self._text = d["text"]
 
@@ -289,14 +294,16 @@ class Report:
 
 
 def compare(case: Case, outputs: Mapping[str, Any], max_ulp: int = 1, strict: bool = False,
-            bitwise: bool = False) -> Report:
+            bitwise: bool = False, numerics: str = "fp32") -> Report:
     """Compares your outputs for `case` with the reference: nope parts and untouched bytes bit
     for bit, rope parts by the ULP rule of core/SPEC.md. `outputs`: q_out and the cache(s) (and
     q_pe / k_pe when in place) by name, numpy or torch on any device, with the case's shapes
     and dtypes; the case's own input views among them are ignored, so compare(case,
     case.tensors) works after a kernel ran in place. The reference runs from the case's initial state (make_case of its
     problem), and bytes of an output outside the op's footprint must still hold that state's
-    poison. Nothing of `case` is changed."""
+    poison. Nothing of `case` is changed. `numerics` (fp32, operand-products, operand-dtype):
+    the rope arithmetic your kernel claims, whose bound judges rope elements (core/SPEC.md);
+    report.numerics says, per rope region, which models your values match bit for bit."""
     initial = _pristine(case)
     expected_names = _outputs_of(initial)
     # compare(case, case.tensors): the case's own input views come along and are ignored; any
@@ -314,7 +321,7 @@ def compare(case: Case, outputs: Mapping[str, Any], max_ulp: int = 1, strict: bo
     for name in expected_names:
         want = got.tensors[name]
         want[...] = _to_numpy_bits(name, outputs[name], want)
-    d = _c.compare_with_reference(initial._data, got._data, max_ulp, strict, bitwise)
+    d = _c.compare_with_reference(initial._data, got._data, max_ulp, strict, bitwise, numerics)
     return Report(d, f"ropekv.make_case({str(case.problem)!r})")
 
 
@@ -426,10 +433,12 @@ def _kernel_runner(kernel: Callable, framework: str, device: Any, case_timeout: 
 
 
 def _fuzz_args(cases, seed, profile, pin, json_path, max_tokens, time, max_ulp, strict, bitwise,
-               repro, shrink, shrink_time, max_failures, dump, shard):
+               repro, shrink, shrink_time, max_failures, dump, shard, numerics):
     args = ["--seed", str(seed), "--profile", profile, "--max-tokens", str(max_tokens),
             "--max-ulp", str(max_ulp), "--shrink-time", str(shrink_time), "--json", json_path,
             "--max-failures", str(max_failures)]
+    if numerics != "fp32":
+        args += ["--numerics", str(numerics)]
     if cases is not None:
         args += ["--cases", str(cases)]
     if time is not None:
@@ -458,7 +467,8 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
          time: Optional[str] = None, max_ulp: int = 1, strict: bool = False,
          bitwise: bool = False, repro: Union[None, str, Problem] = None, shrink: bool = True,
          shrink_time: str = "30s", max_failures: int = 0, dump: Optional[str] = None,
-         shard: Optional[str] = None, case_timeout: Optional[float] = None) -> FuzzSummary:
+         shard: Optional[str] = None, case_timeout: Optional[float] = None,
+         numerics: str = "fp32") -> FuzzSummary:
     """Differential fuzzing of your kernel against the reference: the `ropekv fuzz` campaign with
     `kernel(tensors, problem)` as the tested backend. `tensors` are numpy arrays
     (framework="numpy") or torch tensors on `device` (framework="torch"), by their golden names;
@@ -467,7 +477,9 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
     shards of either; `shard="K/N"` runs case i only when i % N == K). Default 1000 cases unless
     `time` ("60s", "10m") is given. `case_timeout` (seconds): a kernel call running longer is
     interrupted and the case ERRORED with its repro (a kernel stuck in native code is
-    interrupted once it returns to Python)."""
+    interrupted once it returns to Python). `numerics`: the rope arithmetic your kernel claims
+    (fp32, operand-products, operand-dtype; core/SPEC.md), whose bound judges rope elements; a
+    failing rope region says which models its values match bit for bit."""
     # the backend's name in reports: comma-free (the CLI's --backends A,B syntax)
     name = "python:" + "".join(ch if ch.isalnum() or ch in "._:-" else "_"
                                for ch in _kernel_name(kernel).strip("'<>"))[:80]
@@ -487,7 +499,7 @@ def fuzz(kernel: Callable, cases: Optional[int] = None, seed: int = 1, profile: 
     path = json if json is not None else tmp
     args = ["fuzz", "--backends", f"ref,{name}"] + _fuzz_args(
         cases, seed, profile, pin, path, max_tokens, time, max_ulp, strict, bitwise, repro,
-        shrink, shrink_time, max_failures, dump, shard)
+        shrink, shrink_time, max_failures, dump, shard, numerics)
     _c.register_python_backend(name, runner, prefix)
     try:
         _sys.stdout.flush()

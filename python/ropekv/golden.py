@@ -97,16 +97,18 @@ def _source(value: Union[str, "_os.PathLike", Mapping[str, Any]]):
 
 
 def compare(golden: Union[str, "_os.PathLike", Golden], outputs: Union[str, "_os.PathLike", Mapping[str, Any]],
-            max_ulp: int = 1, strict: bool = False, bitwise: bool = False) -> Report:
+            max_ulp: int = 1, strict: bool = False, bitwise: bool = False,
+            numerics: str = "fp32") -> Report:
     """Compares your kernel's outputs with a golden file's expected ones, as `ropekv golden
     compare` does: `golden` a path or a Golden; `outputs` a path (safetensors from any writer, or
     an npy folder) or a dict of numpy / torch arrays, holding q_out, cache (joint) or ckv_cache +
     kpe_cache (split), and q_pe / k_pe when in place, logical and contiguous, by golden name
     without suffix. Other names are ignored (report.ignored lists them). A missing output, a
     wrong dtype or shape: ValueError naming the tensor. The report says "reference" and
-    "yours"."""
+    "yours". `numerics` (fp32, operand-products, operand-dtype): the rope arithmetic your outputs
+    claim; report.numerics says which models they match bit for bit (core/SPEC.md)."""
     g = golden if isinstance(golden, Golden) else load(golden)
-    d, ignored = _c.compare_golden(g._initial, g._expected, _source(outputs), max_ulp, strict, bitwise)
+    d, ignored = _c.compare_golden(g._initial, g._expected, _source(outputs), max_ulp, strict, bitwise, numerics)
     where = g._path or "golden"
     got = _os.fspath(outputs) if isinstance(outputs, (str, _os.PathLike)) else "outputs"
     r = Report(d, f"ropekv.golden.compare({where!r}, {got!r})")

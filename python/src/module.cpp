@@ -84,39 +84,16 @@ std::vector<nb::object> region_arrays(const std::vector<memory_region>& regions,
   return out;
 }
 
+// The report as the CLI's JSON has it (harness region_report_json), plus the text.
 nb::dict report_dict(const case_report& r) {
+  nlohmann::json regions = nlohmann::json::array();
+  for (const region_report& g : r.regions) regions.push_back(region_report_json(g));
   nb::dict d;
   d["repro"] = r.repro;
   d["outcome"] = std::string(outcome_name(r.outcome));
   d["message"] = r.message;
   d["text"] = format_case_report(r, true);
-  nb::list regions;
-  for (const region_report& g : r.regions) {
-    nb::dict x;
-    x["name"] = g.name;
-    x["rule"] = std::string(region_rule_name(g.rule));
-    x["dtype"] = g.dtype_name;
-    x["compared"] = g.compared;
-    x["mismatches"] = g.mismatches;
-    x["max_ulp"] = g.max_ulp;
-    x["needed_allowance"] = g.needed_allowance;
-    x["mistrusted"] = g.mistrusted;
-    x["mistrust_reason"] = g.mistrust_reason;
-    nb::list first;
-    for (const mismatch& m : g.first) {
-      nb::dict y;
-      y["where"] = m.where;
-      y["expected"] = m.expected;
-      y["got"] = m.got;
-      y["expected_bits"] = m.expected_bits;
-      y["got_bits"] = m.got_bits;
-      y["ulp"] = m.ulp;
-      first.append(y);
-    }
-    x["first"] = first;
-    regions.append(x);
-  }
-  d["regions"] = regions;
+  d["regions"] = nb::module_::import_("json").attr("loads")(regions.dump());
   return d;
 }
 
@@ -199,12 +176,17 @@ std::vector<memory_region> regions_of(const op_args& a) {
   return out;
 }
 
-compare_options compare_opts(int64_t max_ulp, bool strict, bool bitwise) {
+// One case compared from Python: every rope region is identified (which numerics models its
+// values match bit for bit, which bounds they meet).
+compare_options compare_opts(int64_t max_ulp, bool strict, bool bitwise,
+                             const std::string& numerics = "fp32") {
   if (max_ulp < 0) throw arg_error("max_ulp", ">= 0", std::to_string(max_ulp));
   compare_options c;
   c.max_ulp = max_ulp;
   c.strict = strict;
   c.bitwise = bitwise;
+  c.numerics = parse_numerics_model(numerics, "numerics");
+  c.identify_always = true;
   return c;
 }
 
@@ -273,8 +255,9 @@ NB_MODULE(_ropekv, m) {
     return be->last_variant();
   }, "backend"_a, "case"_a, "Runs a compiled-in backend (ref, sim, hip) on the case in place");
   m.def("compare_with_reference",
-        [](const case_data& initial, const case_data& got, int64_t max_ulp, bool strict, bool bitwise) {
-          const compare_options cmp = compare_opts(max_ulp, strict, bitwise);
+        [](const case_data& initial, const case_data& got, int64_t max_ulp, bool strict, bool bitwise,
+           const std::string& numerics) {
+          const compare_options cmp = compare_opts(max_ulp, strict, bitwise, numerics);
           if (got.prob != initial.prob) throw arg_error("got", "a clone of the initial case", "another problem");
           std::unique_ptr<backend> ref = find_backend("ref")();
           case_report r;
@@ -284,7 +267,7 @@ NB_MODULE(_ropekv, m) {
           }
           return report_dict(r);
         },
-        "initial"_a, "got"_a, "max_ulp"_a, "strict"_a, "bitwise"_a,
+        "initial"_a, "got"_a, "max_ulp"_a, "strict"_a, "bitwise"_a, "numerics"_a = "fp32",
         "Compares `got` (initial with a kernel's outputs) with the reference's run of `initial`");
   m.def("register_python_backend", [](const std::string& name, nb::object call, const std::string& replay_prefix) {
     py_callable held = hold(std::move(call));
@@ -360,7 +343,7 @@ NB_MODULE(_ropekv, m) {
   };
   m.def("compare_golden", [tensors_of](const case_data& initial, const case_data& expected,
                                        const std::variant<std::string, std::vector<py_tensor>>& outputs,
-                                       int64_t max_ulp, bool strict, bool bitwise) {
+                                       int64_t max_ulp, bool strict, bool bitwise, const std::string& numerics) {
     golden_case g;
     g.initial = initial.clone();
     g.expected = expected.clone();
@@ -368,10 +351,10 @@ NB_MODULE(_ropekv, m) {
     golden_compare_result r;
     {
       nb::gil_scoped_release nogil;
-      r = compare_golden_outputs(g, tf, compare_opts(max_ulp, strict, bitwise));
+      r = compare_golden_outputs(g, tf, compare_opts(max_ulp, strict, bitwise, numerics));
     }
     return nb::make_tuple(report_dict(r.rec.report), r.ignored);
-  }, "initial"_a, "expected"_a, "outputs"_a, "max_ulp"_a, "strict"_a, "bitwise"_a,
+  }, "initial"_a, "expected"_a, "outputs"_a, "max_ulp"_a, "strict"_a, "bitwise"_a, "numerics"_a = "fp32",
         "Your outputs (a path or (name, dtype, shape, bytes) tensors) against a golden case: (report, ignored names)");
   m.def("write_golden_from_inputs", [tensors_of](const std::string& path, const std::string& repro,
                                                  const std::variant<std::string, std::vector<py_tensor>>& inputs,
