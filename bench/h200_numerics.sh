@@ -32,6 +32,6 @@ n=0; bad=0
 for f in "$ROOT"/data/golden/*.safetensors; do
   n=$((n + 1)); log="$W/golden-$(basename "$f" .safetensors).log"
   "$BIN" golden check "$f" --backend hip > "$log" 2>&1 || bad=$((bad + 1))
-  say "golden $(basename "$f" .safetensors): $(tail -1 "$log"); $(grep -B1 'numerics:' "$log" | awk '/\[rope/ {r=$1} /numerics:/ {sub(/^ *numerics: /, ""); printf "%s: %s  ", r, $0}')"
+  say "golden $(basename "$f" .safetensors): $(tail -1 "$log"); $(awk '/\[rope/ {r=$1} /numerics:/ {sub(/^ *numerics: /, ""); printf "%s: %s  ", r, $0}' "$log")"
 done
 say "golden on hip: $((n - bad)) passed, $bad failed"
