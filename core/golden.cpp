@@ -540,7 +540,7 @@ tensor_file read_npy_folder(const std::string& dir) {
       else if (it.key() == "dtypes") tf.metadata["dtypes"] = it->dump();  // an object in meta.json
     }
   }
-  if (files.empty() && tf.metadata.empty()) file_error(dir, "", "a folder of .npy files", "none in it");
+  if (files.empty() && tf.metadata.empty()) file_error(dir, "", "a golden file (.safetensors) or a folder of .npy files", "a directory without .npy files");
   for (const std::string& f : files)
     tf.tensors.emplace(f.substr(0, f.size() - 4), read_npy(dir + "/" + f));
   return tf;

@@ -140,7 +140,8 @@ def test_bad_usage(ropekv_bin, tmp_path, args, fragments):
 # (id, name of the file in golden_files, fragments besides the path)
 FILE_CASES = [
     pytest.param("missing", [], id="golden check: missing file"),
-    pytest.param("dir", ["expected a golden file, got a directory"], id="golden check: a directory"),
+    pytest.param("dir", ["expected a golden file (.safetensors) or a folder of .npy files, got a directory without .npy files"],
+                 id="golden check: a directory"),
     pytest.param("empty", [], id="golden check: empty file"),
     pytest.param("five_bytes", [], id="golden check: shorter than the header length"),
     pytest.param("truncated_header", [], id="golden check: truncated header"),
