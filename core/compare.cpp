@@ -326,7 +326,7 @@ struct value_region {
   void compare_rope(uint32_t ref_bits, uint32_t got_bits, const rope_element& e, bool source_zero,
                     const compare_options& opt, const std::function<std::string()>& where) {
     count(ref_bits, got_bits, source_zero);
-    samples.push_back({e, ref_bits, got_bits});
+    if (opt.identify_always) samples.push_back({e, ref_bits, got_bits});
     const double allowance = rope_model_allowance(opt.numerics, e);
     int64_t ulp = 0;
     bool ok;
@@ -368,9 +368,7 @@ struct value_region {
   }
 
   void finish(const compare_options& opt) {
-    if (rep.rule == region_rule::rope && rep.compared > 0 &&
-        (opt.identify_always || rep.mismatches > 0))
-      identify(opt);
+    if (rep.rule == region_rule::rope && rep.compared > 0 && opt.identify_always) identify(opt);
     samples.clear();
     samples.shrink_to_fit();
     if (rep.compared == 0) return;
@@ -603,6 +601,16 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       if (first_bad.empty()) first_bad = r.name;
     }
     if (r.mistrusted && first_mistrust.empty()) first_mistrust = r.name + ": " + r.mistrust_reason;
+  }
+  if (!opt.identify_always) {
+    // a failing rope region: compare again keeping every rope element's operands, so the
+    // report says which numerics models the values match (passing cases skip that cost)
+    for (const region_report& r : report.regions)
+      if (r.rule == region_rule::rope && r.mismatches > 0) {
+        compare_options again = opt;
+        again.identify_always = true;
+        return compare_runs(init, a, b, again);
+      }
   }
   if (bad > 0) {
     report.outcome = case_outcome::failed;

@@ -21,7 +21,8 @@ struct compare_options {
   // Rope elements pass within this model's bound (core/SPEC.md "Numerics models").
   numerics_model numerics = numerics_model::fp32;
   // Rope regions say which models their values match bit for bit and which bounds they meet:
-  // always when set, else only for a region with a mismatch (it costs an emulation per model).
+  // always when set, else every rope region of a case with a failing rope region (compared
+  // twice then: the emulation of every model costs more than the comparison).
   bool identify_always = false;
 };
 
