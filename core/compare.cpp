@@ -149,18 +149,6 @@ rope_operands k_rope_operands(const op_args& args, int64_t t, int64_t j) {
   return o;
 }
 
-double rope_allowance(const rope_operands& o, dtype out, float scale, scale_conv conv) {
-  rope_element e;
-  e.x = o.x;
-  e.partner = o.partner;
-  e.c = o.c;
-  e.s = o.s;
-  e.out = out;
-  e.scale = scale;
-  e.conv = conv;
-  return rope_model_allowance(numerics_model::fp32, e);
-}
-
 rope_element rope_element_of(const op_args& args, const rope_operands& o, dtype in, dtype out,
                              float scale) {
   rope_element e;

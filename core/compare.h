@@ -118,10 +118,6 @@ rope_operands k_rope_operands(const op_args& args, int64_t t, int64_t j);
 rope_element rope_element_of(const op_args& args, const rope_operands& o, dtype in, dtype out,
                              float scale);
 
-// The fp32-evaluation allowance 2^-22 * (|x*C| + |R(x)*S|) / scale of core/SPEC.md for an
-// output of dtype `out` (scale applies only to fp8 outputs).
-double rope_allowance(const rope_operands& o, dtype out, float scale, scale_conv conv);
-
 // The rope rule for one element of dtype t: true when it passes. Sets *ulp and *used_allowance.
 bool rope_element_passes(dtype t, uint32_t ref_bits, uint32_t got_bits, double allowance,
                          const compare_options& opt, int64_t* ulp, bool* used_allowance);

@@ -68,8 +68,13 @@ TEST_CASE("cancellation: an fp32 evaluation several ulp off passes by the allowa
     int64_t dist = ulp_distance(dtype::f32, f32_bits(ref), f32_bits(got));
     if (dist < 3 || dist == ulp_distance_nan) continue;
     found = true;
-    rope_operands o{x, partner, c, s};
-    double allow = rope_allowance(o, dtype::f32, 1.0f, scale_conv::divide);
+    rope_element o;  // the fp32 allowance of an f32 output
+    o.x = x;
+    o.partner = partner;
+    o.c = c;
+    o.s = s;
+    o.in = o.table = o.out = dtype::f32;
+    double allow = rope_model_allowance(numerics_model::fp32, o);
     compare_options opt;  // max_ulp 1
     int64_t ulp = 0;
     bool used = false;
