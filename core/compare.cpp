@@ -58,6 +58,18 @@ const char* outcome_name(case_outcome o) {
   }
 }
 
+compare_options make_compare_options(int64_t max_ulp, bool strict, bool bitwise, std::string_view numerics,
+                                     bool identify_always, const char* max_ulp_arg, const char* numerics_arg) {
+  if (max_ulp < 0) throw arg_error(max_ulp_arg, ">= 0", std::to_string(max_ulp));
+  compare_options c;
+  c.max_ulp = max_ulp;
+  c.strict = strict;
+  c.bitwise = bitwise;
+  c.numerics = parse_numerics_model(numerics, numerics_arg);
+  c.identify_always = identify_always;
+  return c;
+}
+
 namespace {
 
 const uint8_t* element_ptr(const tensor_view& v, std::initializer_list<int64_t> idx) {

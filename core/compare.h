@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/case_data.h"
@@ -47,6 +48,11 @@ struct mismatch {
   int64_t ulp = 0;          // ulp_distance_nan for NaN/inf mismatch or a byte region
   double allowance = 0;     // fp32-evaluation allowance of this element (rope regions)
 };
+
+// compare_options from the user's flags (CLI and Python alike); an error names the flag as the
+// caller spells it ("--max-ulp" / "max_ulp", "--numerics" / "numerics").
+compare_options make_compare_options(int64_t max_ulp, bool strict, bool bitwise, std::string_view numerics,
+                                     bool identify_always, const char* max_ulp_arg, const char* numerics_arg);
 
 // One numerics model against the values of a rope region.
 struct numerics_check {

@@ -288,12 +288,8 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   }
   f.max_tokens = o.max_tokens;
   f.profile = parse_fuzz_profile(o.profile);
-  if (o.max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(o.max_ulp));
-  f.cmp.max_ulp = o.max_ulp;
-  f.cmp.strict = o.strict;
-  f.cmp.bitwise = o.bitwise;
-  f.cmp.numerics = parse_numerics_model(o.numerics, "--numerics");
-  f.cmp.identify_always = o.identify;
+  f.cmp = make_compare_options(o.max_ulp, o.strict, o.bitwise, o.numerics, o.identify, "--max-ulp",
+                               "--numerics");
   f.shrink = !o.no_shrink;
   f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
   if (!o.repro.empty()) f.repro = parse_problem(o.repro);
@@ -419,13 +415,7 @@ struct golden_cmp_opts {
   bool strict = false;
   std::string numerics = "fp32";
   compare_options options() const {
-    compare_options cmp;
-    if (max_ulp < 0) throw arg_error("--max-ulp", ">= 0", std::to_string(max_ulp));
-    cmp.max_ulp = max_ulp;
-    cmp.strict = strict;
-    cmp.numerics = parse_numerics_model(numerics, "--numerics");
-    cmp.identify_always = true;
-    return cmp;
+    return make_compare_options(max_ulp, strict, false, numerics, true, "--max-ulp", "--numerics");
   }
   std::string replay_flags() const {  // the non-default ones
     std::string f;

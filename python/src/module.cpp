@@ -180,14 +180,7 @@ std::vector<memory_region> regions_of(const op_args& a) {
 // values match bit for bit, which bounds they meet).
 compare_options compare_opts(int64_t max_ulp, bool strict, bool bitwise,
                              const std::string& numerics = "fp32") {
-  if (max_ulp < 0) throw arg_error("max_ulp", ">= 0", std::to_string(max_ulp));
-  compare_options c;
-  c.max_ulp = max_ulp;
-  c.strict = strict;
-  c.bitwise = bitwise;
-  c.numerics = parse_numerics_model(numerics, "numerics");
-  c.identify_always = true;
-  return c;
+  return make_compare_options(max_ulp, strict, bitwise, numerics, true, "max_ulp", "numerics");
 }
 
 }  // namespace
