@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/op.h"
 
 namespace ropekv {
@@ -21,8 +22,12 @@ struct paged_cache_map {
   // tensor (for joint both are the cache's strides).
   int64_t nope_block_stride = 0, nope_entry_stride = 0;
   int64_t rope_block_stride = 0, rope_entry_stride = 0;
-  // Offset of feature 0 of the part inside its row (joint: depends on the order; split: 0).
+  // Offset of feature 0 of the part inside its row (joint: depends on the order; split: 0;
+  // shuffled: the rope part starts block_size * dn elements into its block).
   int64_t nope_feature0 = 0, rope_feature0 = 0;
+  // Layout shuffled (core/SPEC.md): features come in runs of run_elems, tokens in tiles of
+  // shuffled_tile_tokens; 0 for the row layouts (a part's features are contiguous).
+  int64_t run_elems = 0;
 
   // Builds the map from the args' cache views (layout per args.options.layout). The shapes
   // must be valid (validate() first); the strides are read from the views.
@@ -31,7 +36,16 @@ struct paged_cache_map {
     m.layout = args.options.layout;
     m.order = args.options.order;
     m.dr = args.q_pe.rank == 3 ? args.q_pe.shape[2] : 0;
-    if (m.layout == cache_layout::joint) {
+    if (m.layout == cache_layout::shuffled) {
+      const tensor_view& c = args.cache;
+      m.num_blocks = c.shape[0];
+      m.block_size = c.shape[1];
+      m.dn = c.shape[2] - m.dr;
+      m.nope_block_stride = m.rope_block_stride = c.strides_elems[0];
+      m.run_elems = shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(c.type)));
+      m.nope_feature0 = 0;
+      m.rope_feature0 = m.block_size * m.dn;
+    } else if (m.layout == cache_layout::joint) {
       const tensor_view& c = args.cache;
       m.num_blocks = c.shape[0];
       m.block_size = c.shape[1];
@@ -62,21 +76,35 @@ struct paged_cache_map {
   int64_t capacity_slots() const { return num_blocks * block_size; }
 
   part_tensor nope_tensor() const {
-    return layout == cache_layout::joint ? part_tensor::cache : part_tensor::ckv_cache;
+    return single_cache_tensor(layout) ? part_tensor::cache : part_tensor::ckv_cache;
   }
   part_tensor rope_tensor() const {
-    return layout == cache_layout::joint ? part_tensor::cache : part_tensor::kpe_cache;
+    return single_cache_tensor(layout) ? part_tensor::cache : part_tensor::kpe_cache;
+  }
+
+  // Features of one part of one entry that are contiguous from a multiple of it: a whole part
+  // (row layouts) or one run (shuffled).
+  int64_t contiguous_features(int64_t part_width) const {
+    return run_elems > 0 ? run_elems : part_width;
   }
 
   // Element offsets (relative to the data pointer of nope_tensor() / rope_tensor()) of feature
   // d of slot s's nope part (d < dn) and rope part (d < dr). s in [0, capacity_slots()).
   int64_t nope_offset_elems(int64_t slot, int64_t d) const {
-    return (slot / block_size) * nope_block_stride + (slot % block_size) * nope_entry_stride +
-           nope_feature0 + d;
+    return part_offset(slot, d, nope_block_stride, nope_entry_stride, nope_feature0, dn);
   }
   int64_t rope_offset_elems(int64_t slot, int64_t d) const {
-    return (slot / block_size) * rope_block_stride + (slot % block_size) * rope_entry_stride +
-           rope_feature0 + d;
+    return part_offset(slot, d, rope_block_stride, rope_entry_stride, rope_feature0, dr);
+  }
+
+ private:
+  int64_t part_offset(int64_t slot, int64_t d, int64_t block_stride, int64_t entry_stride,
+                      int64_t feature0, int64_t width) const {
+    const int64_t block = slot / block_size, entry = slot % block_size;
+    if (run_elems == 0) return block * block_stride + entry * entry_stride + feature0 + d;
+    const int64_t tile = shuffled_tile_tokens;
+    return block * block_stride + feature0 + (entry / tile) * tile * width +
+           (d / run_elems) * tile * run_elems + (entry % tile) * run_elems + d % run_elems;
   }
 };
 

@@ -26,8 +26,8 @@ struct enum_names;
 
 ROPEKV_ENUM(rope_style, gptj, neox)
 ROPEKV_ENUM(table_kind, one, two)                 // one [P, Dr] cos|sin table, or cos and sin [P, Dr/2]
-ROPEKV_ENUM(cache_layout, joint, split)
-ROPEKV_ENUM(row_order, nope_first, rope_first)    // joint layout only
+ROPEKV_ENUM(cache_layout, joint, split, shuffled)  // shuffled: AITER's 16-token tiles (core/SPEC.md)
+ROPEKV_ENUM(row_order, nope_first, rope_first)    // joint layout only (shuffled: nope first)
 ROPEKV_ENUM(scale_conv, divide, reciprocal)
 ROPEKV_ENUM(pad_q, computed, skipped)
 ROPEKV_ENUM(pos_oob, error, clamp)
@@ -63,7 +63,7 @@ struct op_args {
   tensor_view cos;           // [P, Dr/2]          table two
   tensor_view sin;           // [P, Dr/2]          table two
   tensor_view q_out;         // [Tq, H, Dn + Dr]   f32|f16|bf16|fp8*
-  tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint
+  tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint or shuffled
   tensor_view ckv_cache;     // [num_blocks, block_size, Dn]       layout split
   tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
   float k_scale = 1.0f;
@@ -84,5 +84,14 @@ struct op_sizes {
   int64_t tq, ts, tk, heads, dn, dr, table_rows, num_blocks, block_size;
 };
 op_sizes sizes_of(const op_args& args);
+
+// Whether the layout keeps both parts in the one tensor `cache` (joint, shuffled) rather than
+// in ckv_cache and kpe_cache (split).
+inline bool single_cache_tensor(cache_layout l) { return l != cache_layout::split; }
+
+// Layout shuffled: elements per contiguous run of one entry's features (16 bytes of the cache
+// dtype: 4 for f32, 8 for f16/bf16, 16 for fp8) and tokens per tile.
+inline constexpr int64_t shuffled_tile_tokens = 16;
+inline int64_t shuffled_run_elems(int64_t elem_bytes) { return 16 / elem_bytes; }
 
 }  // namespace ropekv

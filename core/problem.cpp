@@ -304,6 +304,60 @@ void check_pins(std::string_view pins) {
   }
 }
 
+namespace {
+
+// Layout shuffled (core/SPEC.md): what of p breaks its constraints, "" when nothing does (or
+// the layout is another). shuffled_key / shuffled_got name the first such key and its value.
+int64_t shuffled_run(const problem& p) {
+  return shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(p.cache_dtype)));
+}
+std::string shuffled_refusal(const problem& p) {
+  if (p.opt.layout != cache_layout::shuffled) return {};
+  const int64_t run = shuffled_run(p);
+  if (p.block_size % shuffled_tile_tokens != 0) return "a multiple of 16 (layout shuffled: 16-token tiles)";
+  if (p.dn % run != 0 || p.dr % run != 0)
+    return fmt::format("a multiple of {} (layout shuffled, cache {}: runs of 16 bytes)", run,
+                       dtype_name(p.cache_dtype));
+  if (p.entry_pad_elems != 0) return "0 (layout shuffled packs each block)";
+  if (p.opt.order != row_order::nope_first) return "nope_first (layout shuffled)";
+  return {};
+}
+const char* shuffled_key(const problem& p) {
+  const int64_t run = shuffled_run(p);
+  if (p.block_size % shuffled_tile_tokens != 0) return "bs";
+  if (p.dn % run != 0) return "dn";
+  if (p.dr % run != 0) return "dr";
+  if (p.entry_pad_elems != 0) return "entry_pad";
+  return "order";
+}
+std::string shuffled_got(const problem& p) {
+  const std::string key = shuffled_key(p);
+  if (key == "bs") return std::to_string(p.block_size);
+  if (key == "dn") return std::to_string(p.dn);
+  if (key == "dr") return std::to_string(p.dr);
+  if (key == "entry_pad") return std::to_string(p.entry_pad_elems);
+  return std::string(to_string(p.opt.order));
+}
+
+// Moves p's free keys (free(key) true) into layout shuffled's domain: block size, Dn and Dr
+// rounded up to what the tiles need, no entry padding, nope first, enough blocks.
+template <typename F>
+void fit_shuffled(problem& p, F&& free) {
+  auto up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+  const int64_t run = shuffled_run(p);
+  if (free("bs")) p.block_size = up(std::max<int64_t>(p.block_size, 1), shuffled_tile_tokens);
+  if (free("dn")) p.dn = up(p.dn, run);
+  if (free("dr")) p.dr = up(p.dr, run);
+  if (free("entry_pad")) p.entry_pad_elems = 0;
+  if (free("order")) p.opt.order = row_order::nope_first;
+  if (free("nb") && p.block_size > 0) {
+    const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
+    p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
+  }
+}
+
+}  // namespace
+
 problem pin_problem(problem p, std::string_view pins) {
   std::set<std::string, std::less<>> pinned;
   for (auto [key, val] : repro_tokens(pins, "--pin")) {
@@ -321,6 +375,14 @@ problem pin_problem(problem p, std::string_view pins) {
   if (free("nb") && p.block_size > 0) {
     const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
     p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
+  }
+  if (p.opt.layout == cache_layout::shuffled) {
+    // Pinned shuffled: fit the free keys to it. Drawn shuffled but the pins rule it out (say
+    // `dn=100` with a bf16 cache): the case takes layout joint instead.
+    problem fitted = p;
+    fit_shuffled(fitted, free);
+    if (shuffled_refusal(fitted).empty() || !free("layout")) p = fitted;
+    else p.opt.layout = cache_layout::joint;
   }
   check_problem(p);
   return parse_problem(p.to_repro());
@@ -353,6 +415,8 @@ void check_problem(const problem& p) {
   check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
   check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
   check_range("pad_slots", p.pad_slots, 0, p.ts);
+  const std::string shuffled_why = shuffled_refusal(p);
+  if (!shuffled_why.empty()) throw arg_error(shuffled_key(p), shuffled_why, shuffled_got(p));
   const int64_t written = p.ts - p.pad_slots;
   if (p.num_blocks * p.block_size < written)
     throw arg_error("nb", fmt::format("nb * bs >= {} (the non-padding slots)", written),
@@ -525,6 +589,15 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
     else p.amplitude = std::round(std::exp(std::log(0.5) + r.next_unit() * std::log(600.0)) * 64) / 64;
   }
   p.seed = r.next_u64();
+  // Layout shuffled, drawn last so that every earlier draw (and so every other case of a
+  // campaign) is what it was before the layout existed.
+  if (r.chance(0.2)) {
+    p.opt.layout = cache_layout::shuffled;
+    fit_shuffled(p, [](const char*) { return true; });
+    // Dn, Dr rounded up: keep the cost bound
+    while (p.heads > 1 && p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.heads = (p.heads + 1) / 2;
+    if (p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.tq = max_cost_elems / (p.dn + p.dr);
+  }
   check_problem(p);
   return p;
 }

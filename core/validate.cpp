@@ -337,6 +337,16 @@ void validate(const op_args& args, bool check_values) {
       require_absent(args.kpe_cache, "kpe_cache", "layout joint");
       check_tensor(args.cache, "cache", 3, out_types);
       break;
+    case cache_layout::shuffled:
+      require_present(args.cache, "cache",
+                      "a tensor [num_blocks, block_size, Dn + Dr] (layout shuffled)");
+      require_absent(args.ckv_cache, "ckv_cache", "layout shuffled");
+      require_absent(args.kpe_cache, "kpe_cache", "layout shuffled");
+      check_tensor(args.cache, "cache", 3, out_types);
+      if (opt.order != row_order::nope_first)
+        throw arg_error("options.order", "nope_first (layout shuffled keeps a block's rope part after its nope part)",
+                        std::string(to_string(opt.order)));
+      break;
     case cache_layout::split:
       require_absent(args.cache, "cache", "layout split");
       require_present(args.ckv_cache, "ckv_cache", "a tensor [num_blocks, block_size, Dn] (layout split)");
@@ -407,6 +417,28 @@ void validate(const op_args& args, bool check_values) {
     if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
     check_shape(args.cache, "cache", {nb, bs, row_width});
     check_cache_entries(args.cache, "cache");
+  } else if (opt.layout == cache_layout::shuffled) {
+    const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
+    if (bs <= 0 || bs % shuffled_tile_tokens != 0)
+      throw arg_error("cache.shape[1]", "block_size a multiple of 16 (layout shuffled: 16-token tiles)",
+                      std::to_string(bs));
+    check_shape(args.cache, "cache", {nb, bs, row_width});
+    const int64_t run = shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(args.cache.type)));
+    if (dn % run != 0)
+      throw arg_error("q_nope.shape[2]",
+                      fmt::format("Dn a multiple of {} (layout shuffled: runs of 16 bytes of {})", run,
+                                  dtype_name(args.cache.type)),
+                      std::to_string(dn));
+    if (dr % run != 0)
+      throw arg_error("q_pe.shape[2]",
+                      fmt::format("Dr a multiple of {} (layout shuffled: runs of 16 bytes of {})", run,
+                                  dtype_name(args.cache.type)),
+                      std::to_string(dr));
+    if (args.cache.strides_elems[1] != row_width)
+      throw arg_error("cache.strides[1]",
+                      fmt::format("{} (Dn + Dr: layout shuffled packs a block, no entry padding)", row_width),
+                      std::to_string(args.cache.strides_elems[1]));
+    check_cache_entries(args.cache, "cache");
   } else {
     const int64_t nb = args.ckv_cache.shape[0], bs = args.ckv_cache.shape[1];
     if (bs <= 0) throw arg_error("ckv_cache.shape[1]", "block_size > 0", std::to_string(bs));
@@ -420,7 +452,7 @@ void validate(const op_args& args, bool check_values) {
   // (and then not inputs). Exception (zero-copy concat): q_nope may be exactly the
   // first Dn columns of q_out (same pointer, dtype and outer strides); the copy is an identity.
   std::vector<named_view> outputs = {{"q_out", &args.q_out}};
-  if (opt.layout == cache_layout::joint) {
+  if (single_cache_tensor(opt.layout)) {
     outputs.push_back({"cache", &args.cache});
   } else {
     outputs.push_back({"ckv_cache", &args.ckv_cache});

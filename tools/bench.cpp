@@ -77,6 +77,9 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   const std::vector<std::string> names = o.cases.empty() ? default_cases(gpu) : o.cases;
   const std::vector<std::string> caches = split(o.caches, ',');
   if (caches.empty()) throw arg_error("--cache", "a comma list of cache dtypes", o.caches);
+  const std::vector<std::string> layouts = split(o.layouts, ',');
+  if (layouts.empty()) throw arg_error("--layout", "a comma list of cache layouts", o.layouts);
+  for (const std::string& l : layouts) (void)parse_enum<cache_layout>(l, "--layout");
   for (const std::string& n : names) {
     const auto colon = n.find(':');
     if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
@@ -87,12 +90,16 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
       throw arg_error("--case", "PRESET:TOKENS with integer TOKENS", n);
     }
     if (tokens < 1) throw arg_error("--case", "TOKENS >= 1", n);
-    for (const std::string& c : caches) {
-      problem p = preset_problem(n.substr(0, colon), tokens);
-      p.cache_dtype = parse_dtype(c, "--cache");
-      if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
-      check_problem(p);
-      out.push_back({fmt::format("{}:{} cache={}", n.substr(0, colon), tokens, c), p});
+    for (const std::string& l : layouts) {
+      for (const std::string& c : caches) {
+        problem p = preset_problem(n.substr(0, colon), tokens);
+        p.cache_dtype = parse_dtype(c, "--cache");
+        if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
+        p.opt.layout = parse_enum<cache_layout>(l, "--layout");
+        check_problem(p);
+        const std::string layout_tag = layouts.size() == 1 && l == "joint" ? "" : " layout=" + l;
+        out.push_back({fmt::format("{}:{} cache={}{}", n.substr(0, colon), tokens, c, layout_tag), p});
+      }
     }
   }
   for (const std::string& r : o.repros) out.push_back({"repro", parse_problem(r)});
@@ -218,7 +225,7 @@ bench_bytes count_bytes(const op_args& a) {
   const bool zero_copy = a.q_nope.data != nullptr && a.q_nope.data == a.q_out.data;
   const int64_t in_q = static_cast<int64_t>(dtype_size_bytes(a.q_nope.type)), in_k = static_cast<int64_t>(dtype_size_bytes(a.kv_c.type));
   const int64_t out_q = static_cast<int64_t>(dtype_size_bytes(a.q_out.type));
-  const bool joint = a.options.layout == cache_layout::joint;
+  const bool joint = single_cache_tensor(a.options.layout);
   const int64_t cache_sz = static_cast<int64_t>(dtype_size_bytes(joint ? a.cache.type : a.ckv_cache.type));
   const tensor_view& table = a.table() == table_kind::one ? a.cos_sin : a.cos;
   const int64_t tab_sz = static_cast<int64_t>(dtype_size_bytes(table.type));
@@ -318,6 +325,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend");
   b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)");
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
+  b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
   b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
@@ -356,6 +364,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   if (variants.empty()) throw arg_error("--variant", "at least one variant", o.variants);
   for (const std::string& v : variants) set_kernel_variant(v);  // parse all before running anything
   ropekv_gpu::rk_variant_overrides() = {};
+  const std::vector<bench_case> cases = build_cases(o, gpu);  // every case checked before any timing
   omp_set_num_threads(o.threads);
 
   nlohmann::json j;
@@ -366,7 +375,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   j["backend"] = bname;
   j["options"] = {{"cold", o.cold},          {"calls_per_graph", o.calls_per_graph},
                   {"threads", o.threads},    {"modes", o.modes},
-                  {"variants", o.variants},  {"caches", o.caches},
+                  {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts},
                   {"budget_s", o.budget_s},  {"copy_mb", o.copy_mb}};
   std::unique_ptr<backend> be = find_backend(bname)();
   j["device_description"] = be->device_description();
@@ -422,7 +431,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        r["us_median"].get<double>(), r["bytes_total"].get<double>() / 1e6,
                        r["floor_us"].get<double>(), r["gbps"].get<double>(), r["pct_of_copy"].get<double>());
   };
-  for (const bench_case& bc : build_cases(o, gpu)) {
+  for (const bench_case& bc : cases) {
     case_data base = make_case(bc.prob);
     for (const std::string& mode : modes) {
       const bool zc = mode == "zero_copy";

@@ -21,6 +21,7 @@ struct bench_opts {
   std::vector<std::string> cases;      // PRESET:TOKENS; empty = the default list for the backend
   std::vector<std::string> repros;     // extra cases (repro strings), run as given
   std::string caches = "bf16,fp8_e4m3fn";  // cache dtypes for the preset cases
+  std::string layouts = "joint";          // cache layouts for the preset cases (joint, split, shuffled)
   std::string modes = "copy,zero_copy";    // copy: q_nope separate; zero_copy: q_nope inside q_out
   std::string variants = "auto";       // comma list; each '+'-joined: auto|v3|v2|general|hpb=N|upt=N|nozc
   bool cold = false;                   // GPU: rotate input sets larger than L2

@@ -339,6 +339,7 @@ struct golden_write_opts {
   int64_t random = 0;
   uint64_t seed = 1;
   int64_t max_tokens = 16;
+  std::string pin;  // --random: keys every case takes (repro syntax, as fuzz --pin)
 };
 
 void write_one_golden(const problem& p, const std::string& path, const std::string& format) {
@@ -358,10 +359,13 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
   }
   int sources = !o.preset.empty() + !o.repro.empty() + (o.random > 0);
   if (sources != 1) throw arg_error("golden write", "exactly one of --preset, --repro, --random N", fmt::format("{} given", sources));
+  if (!o.pin.empty() && o.random == 0) throw arg_error("--pin", "--random N with it", "--pin alone");
   if (o.random > 0) {
+    if (!o.pin.empty()) check_pins(o.pin);
     std::filesystem::create_directories(o.out);
     for (int64_t i = 0; i < o.random; ++i) {
       problem p = random_problem(o.seed, static_cast<uint64_t>(i), o.max_tokens);
+      if (!o.pin.empty()) p = pin_problem(p, o.pin);
       std::string path = fmt::format("{}/case-{:04}{}", o.out, i, o.format == "npy" ? "" : ".safetensors");
       write_one_golden(p, path, o.format);
       st.out << fmt::format("wrote {}: {}\n", path, p.to_repro());
@@ -551,6 +555,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   gwrite->add_option("--random", gw.random, "Write N random cases into the folder --out");
   gwrite->add_option("--seed", gw.seed, "Seed for --random / --preset data")->capture_default_str();
   gwrite->add_option("--max-tokens", gw.max_tokens, "Token bound for --random")->capture_default_str();
+  gwrite->add_option("--pin", gw.pin, "--random: keys every case takes, e.g. 'layout=shuffled' (as fuzz --pin)");
   gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->required();
   gwrite->add_option("--format", gw.format, "safetensors or npy")->capture_default_str();
   gwrite->add_option("--inputs", gw.inputs,

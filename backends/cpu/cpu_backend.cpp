@@ -40,12 +40,14 @@ struct scratch_rows {
   int64_t table_token = -1;                      // the token whose cos/sin rows are loaded
   std::vector<double> rot, scaled, nope_scaled;  // exact rope values; values to be rounded
   std::vector<uint8_t> codes;                    // one output row part, rounded, before its store
+  std::vector<uint8_t> entry;                    // layout shuffled: one part, before it is scattered
   explicit scratch_rows(const op_sizes& sz)
       : cos_row(static_cast<size_t>(sz.dr / 2)), sin_row(static_cast<size_t>(sz.dr / 2)),
         x(static_cast<size_t>(sz.dr)), nope(static_cast<size_t>(sz.dn)),
         rot(static_cast<size_t>(sz.dr)), scaled(static_cast<size_t>(sz.dr)),
         nope_scaled(static_cast<size_t>(sz.dn)),
-        codes(static_cast<size_t>(std::max(sz.dn, sz.dr)) * 4) {}
+        codes(static_cast<size_t>(std::max(sz.dn, sz.dr)) * 4),
+        entry(static_cast<size_t>(std::max(sz.dn, sz.dr)) * 4) {}
 };
 
 // How one output (q_out or the cache) rounds its values.
@@ -284,10 +286,20 @@ void reference_run(const op_args& args) {
           const int64_t kpe_off = t * args.k_pe.strides_elems[0];
           decode_row_to_f32(args.k_pe.type, k_pe_raw.at(kpe_off), s.x.data(), sz.dr);
           rope_row(opt.style, sz.dr, s.x.data(), s.cos_row.data(), s.sin_row.data(), s.rot.data());
-          // features of one part are contiguous in the cache (innermost stride 1)
-          k_rule.write_nope(args.kv_c.type, kv_c_raw.at(t * args.kv_c.strides_elems[0]),
-                            nope_cache_raw.at(map.nope_offset_elems(slot, 0)), sz.dn, s);
-          k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);
+          const uint8_t* kv_row = kv_c_raw.at(t * args.kv_c.strides_elems[0]);
+          if (map.run_elems == 0) {  // a part's features are contiguous (innermost stride 1)
+            k_rule.write_nope(args.kv_c.type, kv_row, nope_cache_raw.at(map.nope_offset_elems(slot, 0)),
+                              sz.dn, s);
+            k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);
+          } else {  // shuffled: each part rounded whole, then stored run by run
+            const int64_t run = map.run_elems, eb = nope_cache_raw.elem_bytes;
+            k_rule.write_nope(args.kv_c.type, kv_row, s.entry.data(), sz.dn, s);
+            for (int64_t d = 0; d < sz.dn; d += run)
+              std::memcpy(nope_cache_raw.at(map.nope_offset_elems(slot, d)), s.entry.data() + d * eb, run * eb);
+            k_rule.write_rope(s.rot.data(), s.entry.data(), sz.dr, s);
+            for (int64_t d = 0; d < sz.dr; d += run)
+              std::memcpy(rope_cache_raw.at(map.rope_offset_elems(slot, d)), s.entry.data() + d * eb, run * eb);
+          }
           if (opt.inplace_k) {
             encode_row_from_f64(args.k_pe.type, s.rot.data(), k_pe_raw.at(kpe_off), sz.dr,
                                 overflow_mode::ieee);

@@ -225,10 +225,17 @@ ROPEKV_HOST_DEVICE uint32_t rk_div_u32(uint32_t n, uint32_t magic, uint32_t shif
 // ------------------------------------------------------------------ paged cache addressing
 // FlashInfer paged_kv_t style: a base pointer per part and int64 element strides. The kernel's
 // own struct; core/ and the reference address the cache independently.
+// Two layouts (core/SPEC.md): rows (joint, split: an entry's part is contiguous) and shuffled
+// (16-entry tiles, features in runs of 16 bytes). One formula serves both:
+//   entry:   block * block_stride + (e >> 4) * tile_stride + (e & 15) * entry_stride
+//   feature: (d >> run_shift) * run_stride + (d & run_mask)
+// rows: tile_stride = 16 * entry_stride, run_shift 62, run_stride 0, run_mask ~0 (feature d at
+// d); shuffled: entry_stride = W, tile_stride = 16 * part width, run_stride = 16 * W.
 struct rk_paged_part {
   char* base;                  // element [0, 0, 0] of this part (nope or rope features)
   int64_t block_stride_elems;
   int64_t entry_stride_elems;
+  int64_t tile_stride_elems;   // between 16-entry tiles of a block
 };
 struct rk_paged_cache {
   rk_paged_part nope;          // Dn features
@@ -240,6 +247,8 @@ struct rk_paged_cache {
   // division (~70 instructions on a GPU); set by the host (launch_plan.h rk_set_slot_division).
   int32_t slots_u32;
   uint32_t bs_magic, bs_shift;
+  int32_t run_shift;           // features: see rk_paged_part
+  int64_t run_stride_elems, run_mask;
   ROPEKV_HOST_DEVICE char* entry(const rk_paged_part& part, int64_t slot) const {
     int64_t block, in_block;
     if (slots_u32) {
@@ -251,11 +260,17 @@ struct rk_paged_cache {
       block = slot / block_size;
       in_block = slot - block * block_size;
     }
-    int64_t off = block * part.block_stride_elems + in_block * part.entry_stride_elems;
+    int64_t off = block * part.block_stride_elems + (in_block >> 4) * part.tile_stride_elems +
+                  (in_block & 15) * part.entry_stride_elems;
 #if ROPEKV_MUTATION == 1
     off += 1;
 #endif
     return part.base + off * static_cast<int64_t>(rk_size_bytes(dtype));
+  }
+  // Feature d of the part whose entry() is `entry_ptr`. Features [d, d + n) are contiguous when
+  // d and n are multiples of n and n divides the run (16 bytes; rows: any).
+  ROPEKV_HOST_DEVICE char* feature(char* entry_ptr, int64_t d) const {
+    return entry_ptr + ((d >> run_shift) * run_stride_elems + (d & run_mask)) * static_cast<int64_t>(rk_size_bytes(dtype));
   }
 };
 
@@ -342,8 +357,9 @@ ROPEKV_DEVICE uint32_t rk_to_output(float v, int32_t out_t, int32_t mul, float s
   return rk_encode(out_t, v);
 }
 
-// Copies one chunk [c * vec, min((c + 1) * vec, n)) of a nope row, converting in_t -> out_t.
-ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row, int32_t out_t,
+// Copies one chunk [c * vec, min((c + 1) * vec, n)) of a nope row, converting in_t -> out_t;
+// out_chunk is where element c * vec goes (the chunk's elements follow it).
+ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_chunk, int32_t out_t,
                                  int64_t n, int64_t c, int vec, bool row_vec_ok,
                                  int32_t mul, float scale, float inv_scale) {
   const int in_sz = rk_size_bytes(in_t), out_sz = rk_size_bytes(out_t);
@@ -361,11 +377,11 @@ ROPEKV_DEVICE void rk_copy_chunk(const char* in_row, int32_t in_t, char* out_row
       else if (out_sz == 2) w_out[j >> 1] |= (o & 0xffffu) << (16 * (j & 1));
       else w_out[j >> 2] |= (o & 0xffu) << (8 * (j & 3));
     }
-    rk_store_words(out_row + first * out_sz, vec * out_sz, w_out);
+    rk_store_words(out_chunk, vec * out_sz, w_out);
   } else {
     for (int64_t i = first; i < first + count; ++i) {
       const float v = rk_decode(in_t, rk_load_elem(in_t, in_row + i * in_sz));
-      rk_store_elem(out_t, out_row + i * out_sz, rk_to_output(v, out_t, mul, scale, inv_scale));
+      rk_store_elem(out_t, out_chunk + (i - first) * out_sz, rk_to_output(v, out_t, mul, scale, inv_scale));
     }
   }
 }
@@ -376,12 +392,13 @@ ROPEKV_HOST_DEVICE bool rk_aligned(const void* p, int64_t bytes) {
 }
 
 // Rotates pair i of a rope row. `in_row` and `inplace_row` may be the same memory: both
-// elements are read before anything is written. Writes the pair into `out_a/out_b` (output
-// dtype, scaled) and, when inplace_row is set, into it (input dtype, unscaled).
+// elements are read before anything is written. Writes the pair into out_row (output dtype,
+// scaled; cache_out: out_row is a cache entry's rope part, its features placed by
+// p.cache.feature) and, when inplace_row is set, into it (input dtype, unscaled).
 ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t in_t,
-                                char* inplace_row, char* out_row, int32_t out_t, float scale,
-                                float inv_scale, int32_t mul, int64_t i, const char* cos_row,
-                                const char* sin_row) {
+                                char* inplace_row, char* out_row, bool cache_out, int32_t out_t,
+                                float scale, float inv_scale, int32_t mul, int64_t i,
+                                const char* cos_row, const char* sin_row) {
   const int64_t half = p.dr / 2;
   int64_t ia, ib;
   if (p.neox) {
@@ -408,8 +425,10 @@ ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t 
     rk_store_elem(in_t, inplace_row + ia * in_sz, rk_encode(in_t, ra));
     rk_store_elem(in_t, inplace_row + ib * in_sz, rk_encode(in_t, rb));
   }
-  rk_store_elem(out_t, out_row + ia * out_sz, rk_to_output(ra, out_t, mul, scale, inv_scale));
-  rk_store_elem(out_t, out_row + ib * out_sz, rk_to_output(rb, out_t, mul, scale, inv_scale));
+  char* out_a = cache_out ? p.cache.feature(out_row, ia) : out_row + ia * out_sz;
+  char* out_b = cache_out ? p.cache.feature(out_row, ib) : out_row + ib * out_sz;
+  rk_store_elem(out_t, out_a, rk_to_output(ra, out_t, mul, scale, inv_scale));
+  rk_store_elem(out_t, out_b, rk_to_output(rb, out_t, mul, scale, inv_scale));
 }
 
 ROPEKV_DEVICE int64_t rk_num_chunks(int64_t n, int vec) {
@@ -443,12 +462,12 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
       if (p.skip_q_nope) continue;  // zero-copy concat: the nope part already sits in q_out
       const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
       const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
-      rk_copy_chunk(in_row, p.q_dtype, out_row, p.q_out_dtype, p.dn, r, vec, ok, p.q_mul,
-                    p.q_scale, p.q_inv_scale);
+      rk_copy_chunk(in_row, p.q_dtype, out_row + r * vec * o_sz, p.q_out_dtype, p.dn, r, vec, ok,
+                    p.q_mul, p.q_scale, p.q_inv_scale);
     } else {
       char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
       rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, out_row + p.dn * o_sz,
-                   p.q_out_dtype, p.q_scale, p.q_inv_scale, p.q_mul, r - nope_chunks, cos_row, sin_row);
+                   false, p.q_out_dtype, p.q_scale, p.q_inv_scale, p.q_mul, r - nope_chunks, cos_row, sin_row);
     }
   }
 }
@@ -471,10 +490,10 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
   for (int64_t u = tid; u < units; u += nthreads) {
     if (u < nope_chunks) {
-      rk_copy_chunk(kv_row, p.k_dtype, nope_dst, p.cache.dtype, p.dn, u, vec, ok, p.k_mul,
-                    p.k_scale, p.k_inv_scale);
+      rk_copy_chunk(kv_row, p.k_dtype, p.cache.feature(nope_dst, u * vec), p.cache.dtype, p.dn, u,
+                    vec, ok, p.k_mul, p.k_scale, p.k_inv_scale);
     } else {
-      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst,
+      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst, true,
                    p.cache.dtype, p.k_scale, p.k_inv_scale, p.k_mul, u - nope_chunks, cos_row, sin_row);
     }
   }
@@ -792,10 +811,10 @@ ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, int32_t ct, bool
   char* dst = p.cache.entry(p.cache.rope, slot);
   uint32_t o[4];
   rk_pack8(ra, p, ct, o);
-  rk_store_words(dst + static_cast<int64_t>(unit) * c_bytes8, c_bytes8, o);
+  rk_store_words(p.cache.feature(dst, static_cast<int64_t>(unit) * 8), c_bytes8, o);
   if (neox) {
     rk_pack8(rb, p, ct, o);
-    rk_store_words(dst + (p.dr / 2) * rk_size_bytes(ct) + static_cast<int64_t>(unit) * c_bytes8, c_bytes8, o);
+    rk_store_words(p.cache.feature(dst, p.dr / 2 + static_cast<int64_t>(unit) * 8), c_bytes8, o);
   }
 }
 
@@ -894,7 +913,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
   if (j < p.v3_cache_nope_cpr) {
     if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
     rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
-    char* dst = p.cache.entry(p.cache.nope, slot) + static_cast<int64_t>(j) * 8 * rk_size_bytes(ct);
+    char* dst = p.cache.feature(p.cache.entry(p.cache.nope, slot), static_cast<int64_t>(j) * 8);
     rk_store_words(dst, rk_cache_chunk8(p, kt, ct, wa), wa);
     return;
   }
@@ -1110,13 +1129,12 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
   }
   char* nope_dst = p.cache.entry(p.cache.nope, slot);
-  const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = (k * split + part) * 32 + lane;
     if (j < nc && rk_v3_nope_written(j, nc)) {
       const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
-      rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
+      rk_store_words(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
     }
   }
   for (int32_t first = (rk_v4_batch * split + part) * 32 + lane; first < nc; first += rk_v4_batch * split * 32) {
@@ -1130,7 +1148,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
       const int32_t j = first + k * split * 32;
       if (j < nc && rk_v3_nope_written(j, nc)) {
         const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
-        rk_store_words(nope_dst + static_cast<int64_t>(j) * c_bytes8, bytes, w[k]);
+        rk_store_words(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
       }
     }
   }

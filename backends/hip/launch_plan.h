@@ -130,6 +130,7 @@ inline std::string rk_v3_refusal(const rk_params& p) {
   // they are misaligned, so v3 is refused and the general path carries the planted bug)
   for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
     if (!rk_aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
+        part->tile_stride_elems % 8 != 0 ||
         (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(*part, 0), c8)))
       return "cache entries not aligned to 8 elements";
   why = rk_cos_sin_refusal(p);
@@ -290,19 +291,45 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   rk_paged_cache& c = p.cache;
   c.block_size = s.block_size;
   c.num_slots = s.num_blocks * s.block_size;
-  if (a.options.layout == ropekv::cache_layout::joint) {
-    c.dtype = rk_dtype_of(a.cache.type, "cache");
-    const int64_t sz = rk_size_bytes(c.dtype);
-    char* base = static_cast<char*>(a.cache.data);
-    const bool nope_first = a.options.order == ropekv::row_order::nope_first;
-    c.nope = {base + (nope_first ? 0 : s.dr) * sz, a.cache.strides_elems[0], a.cache.strides_elems[1]};
-    c.rope = {base + (nope_first ? s.dn : 0) * sz, a.cache.strides_elems[0], a.cache.strides_elems[1]};
-  } else {
-    c.dtype = rk_dtype_of(a.ckv_cache.type, "ckv_cache");
-    c.nope = {static_cast<char*>(a.ckv_cache.data), a.ckv_cache.strides_elems[0],
-              a.ckv_cache.strides_elems[1]};
-    c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0],
-              a.kpe_cache.strides_elems[1]};
+  // rows: feature d at d (kernel.h rk_paged_part)
+  c.run_shift = 62;
+  c.run_stride_elems = 0;
+  c.run_mask = ~int64_t{0};
+  switch (a.options.layout) {
+    case ropekv::cache_layout::joint: {
+      c.dtype = rk_dtype_of(a.cache.type, "cache");
+      const int64_t sz = rk_size_bytes(c.dtype);
+      char* base = static_cast<char*>(a.cache.data);
+      const bool nope_first = a.options.order == ropekv::row_order::nope_first;
+      const int64_t bst = a.cache.strides_elems[0], est = a.cache.strides_elems[1];
+      c.nope = {base + (nope_first ? 0 : s.dr) * sz, bst, est, 16 * est};
+      c.rope = {base + (nope_first ? s.dn : 0) * sz, bst, est, 16 * est};
+      break;
+    }
+    case ropekv::cache_layout::split: {
+      c.dtype = rk_dtype_of(a.ckv_cache.type, "ckv_cache");
+      const int64_t nest = a.ckv_cache.strides_elems[1], rest = a.kpe_cache.strides_elems[1];
+      c.nope = {static_cast<char*>(a.ckv_cache.data), a.ckv_cache.strides_elems[0], nest, 16 * nest};
+      c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0], rest, 16 * rest};
+      break;
+    }
+    case ropekv::cache_layout::shuffled: {
+      // core/SPEC.md "The shuffled layout": a block = all nope parts, then all rope parts;
+      // a part's 16-entry tile = its runs of W features, entry by entry.
+      c.dtype = rk_dtype_of(a.cache.type, "cache");
+      const int64_t sz = rk_size_bytes(c.dtype), w = 16 / sz;
+      char* base = static_cast<char*>(a.cache.data);
+      const int64_t bst = a.cache.strides_elems[0];
+      c.nope = {base, bst, w, 16 * s.dn};
+      c.rope = {base + s.block_size * s.dn * sz, bst, w, 16 * s.dr};
+      c.run_shift = 0;
+      while ((int64_t{1} << c.run_shift) < w) ++c.run_shift;
+      c.run_stride_elems = 16 * w;
+      c.run_mask = w - 1;
+      break;
+    }
+    default:
+      throw ropekv::error("rk_make_launch: bad cache_layout " + std::to_string(static_cast<int>(a.options.layout)));
   }
   p.neox = a.options.style == ropekv::rope_style::neox;
   p.reciprocal = a.options.scale == ropekv::scale_conv::reciprocal;

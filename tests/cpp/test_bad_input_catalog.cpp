@@ -54,6 +54,12 @@ problem base_problem() {
 
 void split(problem& p) { p.opt.layout = cache_layout::split; }
 void table_two(problem& p) { p.table = table_kind::two; }
+// Layout shuffled: one block of 16 entries (its tile), the same 16 slots.
+void shuffled(problem& p) {
+  p.opt.layout = cache_layout::shuffled;
+  p.block_size = 16;
+  p.num_blocks = 1;
+}
 void fp8_outputs(problem& p) {
   p.q_out_dtype = dtype::fp8_e4m3fn;
   p.cache_dtype = dtype::fp8_e4m3fn;
@@ -328,6 +334,21 @@ std::vector<bad_case> catalog() {
       {"rope_style out of range", nullptr,
        [](C&, A& a) { a.options.style = static_cast<rope_style>(9); },
        "options.style", "expected gptj, neox, got 9"},
+      // --- layout shuffled (16-entry tiles, 16-byte runs: core/SPEC.md)
+      {"shuffled: block size not a multiple of 16", shuffled,
+       [](C&, A& a) { a.cache.shape[1] = 8; },
+       "cache.shape[1]", "expected block_size a multiple of 16 (layout shuffled: 16-token tiles), got 8"},
+      {"shuffled: entry stride != Dn + Dr", shuffled,
+       [](C&, A& a) { a.cache.strides_elems = {16 * (dn + dr), dn + dr - 8, 1}; },
+       "cache.strides[1]", "expected 48 (Dn + Dr: layout shuffled packs a block, no entry padding), got 40"},
+      {"shuffled: order rope_first", shuffled,
+       [](C&, A& a) { a.options.order = row_order::rope_first; },
+       "options.order", "expected nope_first (layout shuffled keeps a block's rope part after its nope part), got rope_first"},
+      {"shuffled: split caches given instead", shuffled,
+       [](C& c, A& a) {
+         a.ckv_cache = make_view(a.cache.type, buf(c, "cache"), {1, 16, dn}, {16 * (dn + dr), dn + dr, 1});
+       },
+       "ckv_cache", "expected absent (layout shuffled), got a tensor [1, 16, 32]"},
   };
 }
 
@@ -340,7 +361,7 @@ std::vector<std::vector<uint8_t>> snapshot(case_data& c) {
 
 // The outputs of a case: q_out and the cache(s).
 std::vector<const char*> output_buffers(const problem& p) {
-  if (p.opt.layout == cache_layout::joint) return {"q_out", "cache"};
+  if (single_cache_tensor(p.opt.layout)) return {"q_out", "cache"};
   return {"q_out", "ckv_cache", "kpe_cache"};
 }
 
@@ -421,7 +442,7 @@ class writes_first_backend final : public backend {
 }  // namespace
 
 TEST_CASE("bad-input catalog: the unbroken base cases run on every backend") {
-  const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs};
+  const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled};
   for (const std::string& be_name : backends_under_test()) {
     for (size_t v = 0; v < variants.size(); ++v) {
       INFO("backend " << be_name << ", base variant " << v);

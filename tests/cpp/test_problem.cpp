@@ -217,7 +217,8 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
   CHECK(seen["slot"].size() == 2);
   CHECK(seen["qo"].size() == 7);
   CHECK(seen["cache"].size() == 7);
-  for (const char* k : {"table", "style", "layout", "order", "scale_conv", "pad_q", "pos_oob",
+  CHECK(seen["layout"].size() == 3);  // joint, split, shuffled
+  for (const char* k : {"table", "style", "order", "scale_conv", "pad_q", "pos_oob",
                         "inplace_q", "inplace_k", "q_layout", "kv_layout", "row_pad", "entry_pad",
                         "block_pad", "table_pad"}) {
     INFO(k);

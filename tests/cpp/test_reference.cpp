@@ -2,7 +2,10 @@
 // numbers written here (f32 everywhere, so every value is exact).
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -10,6 +13,8 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/cache_map.h"
+#include "core/case_data.h"
+#include "core/problem.h"
 #include "core/convert.h"
 #include "tests/cpp/hand_case.h"
 
@@ -684,5 +689,58 @@ TEST_CASE("reference: streamed output rows at every alignment (padded q_out and 
         CHECK(bad_cache == 0);
       }
     }
+  }
+}
+
+TEST_CASE("reference: layout shuffled puts each entry's parts where core/SPEC.md says (runs of 16 bytes, 16-entry tiles)") {
+  for (const char* cache : {"bf16", "fp8_e4m3fn", "f32", "f16"}) {
+    INFO("cache " << cache);
+    problem joint = parse_problem(fmt::format(
+        "tq=5 ts=40 tk=41 h=2 dn=32 dr=16 bs=32 nb=3 in=bf16 qo=bf16 cache={} pad_slots=3 block_pad=8 seed=11", cache));
+    problem shuffled = joint;
+    shuffled.opt.layout = cache_layout::shuffled;
+    case_data cj = make_case(joint), cs = make_case(shuffled);
+    for (const char* in : {"q_nope", "kv_c", "k_pe", "positions", "slot_mapping"}) {
+      INFO("input " << in);
+      const host_buffer& a = cj.buffers.at(in);
+      const host_buffer& b = cs.buffers.at(in);
+      REQUIRE(std::vector<uint8_t>(a.data(), a.data() + a.size_bytes()) ==
+              std::vector<uint8_t>(b.data(), b.data() + b.size_bytes()));
+    }
+    reference_run(cj.args);
+    reference_run(cs.args);
+    const int64_t es = static_cast<int64_t>(dtype_size_bytes(joint.cache_dtype));
+    const int64_t w = 16 / es, dn = joint.dn, dr = joint.dr, bs = joint.block_size;
+    const int64_t block_stride = cs.args.cache.strides_elems[0];
+    CHECK(block_stride == bs * (dn + dr) + 8);
+    const auto* sh = static_cast<const uint8_t*>(cs.args.cache.data);
+    const auto* jo = static_cast<const uint8_t*>(cj.args.cache.data);
+    const std::vector<int64_t> slots = read_indices(cs.args.slot_mapping, joint.ts);
+    int64_t written = 0, checked = 0;
+    for (int64_t slot : slots) {
+      if (slot < 0) continue;
+      ++written;
+      const int64_t b = slot / bs, e = slot % bs;
+      for (int64_t part = 0; part < 2; ++part) {
+        const int64_t width = part == 0 ? dn : dr, start = part == 0 ? 0 : bs * dn;
+        for (int64_t f = 0; f < width; ++f) {
+          const int64_t off = b * block_stride + start + (e / 16) * 16 * width + (f / w) * 16 * w +
+                              (e % 16) * w + f % w;
+          const int64_t joff = b * cj.args.cache.strides_elems[0] + e * (dn + dr) + (part == 0 ? 0 : dn) + f;
+          checked += std::memcmp(sh + off * es, jo + joff * es, static_cast<size_t>(es)) == 0;
+        }
+      }
+    }
+    CHECK(written == joint.ts - joint.pad_slots);
+    CHECK(checked == written * (dn + dr));
+    // nothing else of the shuffled cache was written: as many bytes left the poison as in joint
+    const host_buffer& bj = cj.buffers.at("cache");
+    const host_buffer& bsh = cs.buffers.at("cache");
+    CHECK(count_not_poison(bsh.data(), bsh.size_bytes()) == count_not_poison(bj.data(), bj.size_bytes()));
+    CHECK(bsh.guards_intact());
+    // and the map the reference uses says the same for one element: entry 17, nope feature w + 1
+    const paged_cache_map m = paged_cache_map::from_args(cs.args);
+    CHECK(m.nope_offset_elems(bs + 17, w + 1) == block_stride + 16 * dn + 16 * w + 1 * w + 1);
+    CHECK(m.rope_offset_elems(3, 2) == bs * dn + 3 * w + 2);
   }
 }

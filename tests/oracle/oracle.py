@@ -96,7 +96,7 @@ _ENUMS = {
     "cache": tuple(FORMATS),
     "table": ("one", "two"),
     "style": ("gptj", "neox"),
-    "layout": ("joint", "split"),
+    "layout": ("joint", "split", "shuffled"),
     "order": ("nope_first", "rope_first"),
     "scale_conv": ("divide", "reciprocal"),
     "pad_q": ("computed", "skipped"),
@@ -443,6 +443,37 @@ def _need(tensors, name, shape):
     return t
 
 
+def shuffled_run(cache_dtype: str) -> int:
+    """Layout shuffled: features per 16-byte run (core/SPEC.md)."""
+    return 16 // (4 if cache_dtype == "f32" else 2 if cache_dtype in ("f16", "bf16") else 1)
+
+
+def shuffle_cache(logical: np.ndarray, dn: int, w: int) -> np.ndarray:
+    """[nb, bs, Dn + Dr] entries (AITER's unshuffled cache) -> the shuffled tensor, by reshapes
+    alone: per block all nope parts, then all rope parts; per 16-entry tile and part, run r of
+    every entry (W features), entry by entry, then run r + 1."""
+    nb, bs, d = logical.shape
+
+    def part(x):
+        width = x.shape[2]
+        tiles = x.reshape(nb, bs // 16, 16, width // w, w).transpose(0, 1, 3, 2, 4)
+        return tiles.reshape(nb, bs * width)
+
+    blocks = np.concatenate([part(logical[:, :, :dn]), part(logical[:, :, dn:])], axis=1)
+    return blocks.reshape(nb, bs, d)
+
+
+def unshuffle_cache(physical: np.ndarray, dn: int, w: int) -> np.ndarray:
+    """The inverse of shuffle_cache."""
+    nb, bs, d = physical.shape
+    flat = physical.reshape(nb, bs * d)
+
+    def part(x, width):
+        return x.reshape(nb, bs // 16, width // w, 16, w).transpose(0, 1, 3, 2, 4).reshape(nb, bs, width)
+
+    return np.concatenate([part(flat[:, :bs * dn], dn), part(flat[:, bs * dn:], d - dn)], axis=2)
+
+
 def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> dict:
     """Computes every *.expected tensor of a golden case from its inputs and *.initial tensors,
     literally per core/SPEC.md. params is parse_repro's dict. evaluation="double" reproduces
@@ -517,7 +548,17 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         kpe32 = k_pe[k_rows].astype(np.float32)
         nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, p["k_scale"])
         rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, p["k_scale"], evaluation)
-    if p["layout"] == "joint":
+    if p["layout"] == "shuffled":
+        w = shuffled_run(cache_dt)
+        if bs % 16 or dn % w or dr % w or p["order"] != "nope_first":
+            raise ValueError(f"layout shuffled: expected bs % 16 == 0, Dn and Dr multiples of {w}, "
+                             f"nope_first, got bs={bs} dn={dn} dr={dr} order={p['order']}")
+        cache = unshuffle_cache(_need(tensors, "cache.initial", (nb, bs, dn + dr)), dn, w).copy()
+        if k_rows.size:
+            cache[blk, ent, :dn] = nope_vals
+            cache[blk, ent, dn:] = rope_vals
+        out["cache.expected"] = shuffle_cache(cache, dn, w)
+    elif p["layout"] == "joint":
         cache = _need(tensors, "cache.initial", (nb, bs, dn + dr)).copy()
         if k_rows.size:
             if p["order"] == "nope_first":

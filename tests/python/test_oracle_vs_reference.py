@@ -20,6 +20,19 @@ SEED = int(os.environ.get("ROPEKV_ORACLE_SEED", "20261129"))
 MAX_TOKENS = int(os.environ.get("ROPEKV_ORACLE_MAX_TOKENS", "32"))
 
 
+SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
+
+
+def _write_random(ropekv_bin, out, cases, seed, *extra):
+    cmd = [ropekv_bin, "golden", "write", "--random", str(cases), "--seed", str(seed),
+           "--max-tokens", str(MAX_TOKENS), "--out", str(out), *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    files = sorted(out.glob("case-*.safetensors"))
+    assert len(files) == cases, f"{' '.join(cmd)} wrote {len(files)} files, expected {cases}"
+    return files
+
+
 @pytest.fixture(scope="module")
 def golden_dir(ropekv_bin, tmp_path_factory):
     out = tmp_path_factory.mktemp("golden-random")
@@ -44,6 +57,40 @@ def test_reference_matches_oracle_bytewise(golden_dir):
         print(r.report())
     msg = "\n".join(r.report() for r in failed[:10])
     assert not failed, f"{len(failed)} of {len(golden_dir)} cases differ from the oracle:\n{msg}"
+
+
+def test_reference_matches_oracle_on_the_shuffled_layout(ropekv_bin, tmp_path_factory):
+    """Layout shuffled pinned: the oracle unshuffles the initial cache by reshapes, writes the
+    entries, shuffles back (AITER's shuffle_kv_buffer, in numpy), byte for byte."""
+    files = _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-shuffled"), SHUFFLED_CASES,
+                          SEED + 1, "--pin", "layout=shuffled")
+    failed = []
+    for path in files:
+        meta, _ = o.load_golden(path)
+        assert o.parse_repro(meta["repro"])["layout"] == "shuffled", meta["repro"]
+        r = check_golden(path)
+        if not r.ok:
+            failed.append(r)
+    msg = "\n".join(r.report() for r in failed[:10])
+    assert not failed, f"{len(failed)} of {len(files)} shuffled cases differ from the oracle:\n{msg}"
+
+
+def test_oracle_shuffle_is_the_spec_formula():
+    """shuffle_cache (reshapes) against core/SPEC.md's offset formula, written out here, and
+    unshuffle_cache is its inverse."""
+    nb, bs, dn, dr = 2, 32, 48, 16
+    for w in (4, 8, 16):
+        logical = np.arange(nb * bs * (dn + dr), dtype=np.int64).reshape(nb, bs, dn + dr)
+        phys = o.oracle.shuffle_cache(logical, dn, w).reshape(nb, -1)
+        for b in range(nb):
+            for e in range(bs):
+                for f in range(dn + dr):
+                    part, width, start = (f, dn, 0) if f < dn else (f - dn, dr, bs * dn)
+                    off = (start + (e // 16) * 16 * width + (part // w) * 16 * w + (e % 16) * w +
+                           part % w)
+                    assert phys[b, off] == logical[b, e, f], (w, b, e, f)
+        back = o.oracle.unshuffle_cache(phys.reshape(nb, bs, dn + dr), dn, w)
+        assert np.array_equal(back, logical)
 
 
 def test_cross_check_catches_an_fp32_evaluation(golden_dir, monkeypatch):
