@@ -2,11 +2,11 @@
 # Builds the libFuzzer targets with clang-19 (ASan + UBSan) and runs each for a while from its
 # committed seed corpus (tests/fuzz/corpus/<target>). A crash fails the script; the reproducer
 # is left in build-libfuzzer/crashes/ (turn it into a regression test).
-#   ROPEKV_FUZZ_SECONDS   seconds per target (default 60)
+#   ROPEKV_FUZZ_SECONDS   seconds per target (default 40; longer campaigns: set it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-seconds="${ROPEKV_FUZZ_SECONDS:-60}"
+seconds="${ROPEKV_FUZZ_SECONDS:-40}"
 install_missing fuzz clang-19 libclang-rt-19-dev libomp-19-dev
 dir=build-libfuzzer
 mkdir -p $dir

@@ -7,7 +7,7 @@
 #      oracle vs reference, CLI, the Python package and its PyTorch op, examples/), 2000 random
 #      cases of ref vs sim;
 #   3. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. libFuzzer targets, 60 s each (scripts/fuzz.sh);
+#   4. libFuzzer targets, 40 s each (scripts/fuzz.sh);
 #   5. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
 # Skips: ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
 set -euo pipefail

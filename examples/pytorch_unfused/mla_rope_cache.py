@@ -1,7 +1,7 @@
 """The fused MLA op written as a user would in plain PyTorch, unfused: rope on q_pe and k_pe,
 an indexed copy of [kv_c | rope(k_pe)] into the paged cache, a cat for q_out. It follows
-core/SPEC.md: both rope styles, one or two cos/sin tables, joint (either row order) and split
-caches, fp8 outputs with either scale convention and saturation, padding slots, in-place rope.
+core/SPEC.md: both rope styles, one or two cos/sin tables, joint (either row order), split and
+shuffled caches, fp8 outputs with either scale convention and saturation, padding slots, in-place rope.
 
     mla_rope_cache_concat(tensors, problem)       # tensors by their golden names; writes in place
 
@@ -91,6 +91,17 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
         block, entry = s // cache.shape[1], s % cache.shape[1]
         row = torch.cat([nope, rope] if p.order == "nope_first" else [rope, nope], dim=-1)
         cache[block, entry] = row
+    elif p.layout == "shuffled":  # AITER's 16-entry tiles of 16-byte runs (core/SPEC.md)
+        cache = t["cache"]
+        nb, bs, width = cache.shape
+        w = 16 // cache.element_size()
+        block, entry = s // bs, s % bs
+        blocks = cache.as_strided((nb, bs * width), (cache.stride(0), 1))  # each block packed
+        for vals, start, d in ((nope, 0, p.dn), (rope, bs * p.dn, p.dr)):
+            f = torch.arange(d)
+            off = (start + (entry // 16)[:, None] * 16 * d + (f // w)[None, :] * 16 * w +
+                   (entry % 16)[:, None] * w + (f % w)[None, :])
+            blocks[block[:, None], off] = vals
     else:
         ckv, kpe = t["ckv_cache"], t["kpe_cache"]
         block, entry = s // ckv.shape[1], s % ckv.shape[1]

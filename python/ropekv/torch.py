@@ -5,7 +5,8 @@
                                            cos_sin, None, None, q_out, cache, None, None,
                                            k_scale=1.0, q_scale=1.0)
 
-It mutates q_out and the cache(s) (and q_pe / k_pe with inplace_q / inplace_k), declared in its
+`shuffled_cache=True` takes `cache` in AITER's shuffled layout (core/SPEC.md). It mutates
+q_out and the cache(s) (and q_pe / k_pe with inplace_q / inplace_k), declared in its
 schema; returns nothing. CPU tensors run the reference; CUDA / ROCm tensors run ropekv's GPU
 kernel when the package was built with it (`pip install . -C cmake.define.ROPEKV_GPU=nvidia`):
 on the caller's current stream, with no synchronisation and no allocation, so it can be
@@ -42,7 +43,7 @@ def _scale_value(name: str, v: Union[float, torch.Tensor]) -> float:
 
 
 def _run(tensors: dict, k_scale: float, q_scale: float, style: str, order: str, scale_conv: str,
-         pad_q: str, pos_oob: str, inplace_q: bool, inplace_k: bool) -> None:
+         pad_q: str, pos_oob: str, inplace_q: bool, inplace_k: bool, shuffled_cache: bool) -> None:
     present = {n: t for n, t in tensors.items() if t is not None}
     devices = {t.device for t in present.values()}
     if len(devices) != 1:
@@ -58,7 +59,7 @@ def _run(tensors: dict, k_scale: float, q_scale: float, style: str, order: str, 
         if t.dtype not in _DTYPES:
             raise ValueError(f"{name}: expected one of the dtypes {sorted(_DTYPES.values())}, got {t.dtype}")
         specs.append((name, t.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride())))
-    layout = "joint" if tensors.get("cache") is not None else "split"
+    layout = "shuffled" if shuffled_cache else "joint" if tensors.get("cache") is not None else "split"
     options = (f"style={style} layout={layout} order={order} scale_conv={scale_conv} pad_q={pad_q} "
                f"pos_oob={pos_oob} inplace_q={int(inplace_q)} inplace_k={int(inplace_k)}")
     if device.type == "cpu":
@@ -80,22 +81,25 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           cos: Optional[torch.Tensor],     # [P, Dr/2] (with sin, instead of cos_sin)
                           sin: Optional[torch.Tensor],     # [P, Dr/2]
                           q_out: torch.Tensor,             # [Tq, H, Dn + Dr]
-                          cache: Optional[torch.Tensor],   # [num_blocks, block_size, Dn + Dr] (joint)
+                          cache: Optional[torch.Tensor],   # [num_blocks, block_size, Dn + Dr] (joint, shuffled)
                           ckv_cache: Optional[torch.Tensor],  # [num_blocks, block_size, Dn] (split)
                           kpe_cache: Optional[torch.Tensor],  # [num_blocks, block_size, Dr] (split)
                           k_scale: float = 1.0, q_scale: float = 1.0, style: str = "gptj",
                           order: str = "nope_first", scale_conv: str = "divide",
                           pad_q: str = "computed", pos_oob: str = "error",
-                          inplace_q: bool = False, inplace_k: bool = False) -> None:
+                          inplace_q: bool = False, inplace_k: bool = False,
+                          shuffled_cache: bool = False) -> None:
     tensors = dict(zip(_NAMES, (q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin,
                                 q_out, cache, ckv_cache, kpe_cache)))
-    _run(tensors, k_scale, q_scale, style, order, scale_conv, pad_q, pos_oob, inplace_q, inplace_k)
+    _run(tensors, k_scale, q_scale, style, order, scale_conv, pad_q, pos_oob, inplace_q, inplace_k,
+         shuffled_cache)
 
 
 @mla_rope_cache_concat.register_fake
 def _(q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache,
       ckv_cache, kpe_cache, k_scale=1.0, q_scale=1.0, style="gptj", order="nope_first",
-      scale_conv="divide", pad_q="computed", pos_oob="error", inplace_q=False, inplace_k=False):
+      scale_conv="divide", pad_q="computed", pos_oob="error", inplace_q=False, inplace_k=False,
+      shuffled_cache=False):
     return None
 
 
@@ -114,6 +118,6 @@ def kernel(tensors: dict, problem) -> None:
         call(tensors, k_scale=problem.k_scale, q_scale=problem.q_scale, style=problem.style,
              order=problem.order, scale_conv=problem.scale_conv, pad_q=problem.pad_q,
              pos_oob=problem.pos_oob, inplace_q=bool(problem.inplace_q),
-             inplace_k=bool(problem.inplace_k))
+             inplace_k=bool(problem.inplace_k), shuffled_cache=problem.layout == "shuffled")
     except _c.UnsupportedError as e:  # outside the GPU kernel's domain: raised before any write
         raise Unsupported(str(e)) from None
