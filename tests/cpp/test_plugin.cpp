@@ -1,7 +1,7 @@
 // The plugin ABI (include/ropekv/plugin.h) and the plugin backend (backends/plugin): fixed codes
 // tied to ropekv's enums, the descriptor of a case, loading errors (missing symbol, another ABI
 // version), a plugin that says "no" (SKIPPED) or fails (ERRORED), the planted-bug example plugin
-// found and shrunk.
+// found and shrunk, the crashing one under --isolate.
 #include <doctest/doctest.h>
 
 #include <sstream>
@@ -137,6 +137,17 @@ TEST_CASE("plugin backend: the example plugin passes, its planted bug is found a
   CHECK(has(bug.out, "FAILED"));
   CHECK(has(bug.out, "shrunk ("));
   CHECK(has(bug.out, "ropekv fuzz --backends ref,plugin:" + example_plugin("plugin_bug") + " --repro 'tq=1 "));
+}
+
+TEST_CASE("plugin backend: a crashing plugin under --isolate is an ERRORED case, the campaign finishes") {
+  cli_result r = cli({"fuzz", "--backends", "ref,plugin:" + example_plugin("plugin_crash"), "--cases", "40",
+                      "--max-tokens", "8", "--isolate", "--shrink-time", "5s"});
+  CAPTURE(r.out);
+  CHECK(r.rc == 1);
+  CHECK(has(r.out, "crashed: SIGSEGV"));
+  CHECK(has(r.out, "--isolate --repro '"));
+  CHECK(has(r.out, "errored (counted as failed below)"));
+  CHECK(has(r.out, "backends ref vs plugin:" + example_plugin("plugin_crash") + ", seed 1, shard 0/1, 40 cases"));
 }
 
 }  // namespace ropekv
