@@ -20,5 +20,11 @@ if command -v pkg-config > /dev/null; then
   PKG_CONFIG_PATH="$pc_dir" pkg-config --modversion ropekv
   PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags ropekv | grep -q -- "-I$tmp/prefix/[a-z./]*include/ropekv" \
     || { echo "ropekv.pc: expected -I<prefix>/include/ropekv in --cflags, got: $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags ropekv)"; exit 1; }
+  # the same consumer, built with the .pc file's flags alone
+  # shellcheck disable=SC2046
+  c++ -std=c++17 -O1 "$here/examples/consumer/main.cpp" -o "$tmp/consumer_pc" \
+      $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs ropekv)
+  "$tmp/consumer_pc" > /dev/null
+  echo "pkg-config build: ok"
 fi
 echo "consumer test: ok"
