@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/op.h"
 #include "harness/golden_io.h"
+#include "harness/isolate.h"
 
 namespace ropekv {
 namespace {
@@ -245,6 +246,7 @@ std::string replay_command(const fuzz_options& opt, const std::string& repro) {
   if (opt.cmp.identify_always) cmd += " --identify";
   if (opt.profile != fuzz_profile::any) cmd += fmt::format(" --profile {}", fuzz_profile_name(opt.profile));
   if (!opt.variant.empty() && opt.variant != "auto") cmd += " --variant " + quote_single(opt.variant);
+  if (opt.isolate) cmd += " --isolate";
   return cmd + " --repro " + quote_single(repro);
 }
 
@@ -273,6 +275,7 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
   if (!opt.pins.empty()) check_pins(opt.pins);
   std::unique_ptr<backend> a = opt.factory_a();
   std::unique_ptr<backend> b = opt.factory_b();
+  if (opt.isolate) b = make_isolated_backend(std::move(b));
   fuzz_summary s;
   auto t0 = clock_type::now();
   auto last_plain = t0;

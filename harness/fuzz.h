@@ -57,6 +57,8 @@ struct fuzz_options {
                                        // as they are. In replay lines and the report's config.
   std::function<void(const std::string&)> apply_variant;  // required when variant is set
   std::string pins;                    // `--pin`: keys every drawn problem keeps (repro syntax)
+  bool isolate = false;                // `--isolate`: backend b runs in a forked child per call
+                                       // (harness/isolate.h); a crash is an ERRORED case
   std::string replay_prefix;           // replay lines start with this instead of
                                        // "ropekv fuzz --backends A,B" (e.g. the Python CLI's)
 };

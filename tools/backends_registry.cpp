@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/plugin/plugin_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/error.h"
 #include "tools/bench.h"
@@ -34,8 +35,12 @@ std::string compiled_list() {
     s += (s.empty() ? "" : ", ") + n;
     if (n == "ref") s += " (alias cpu)";
   }
-  return "one of " + s;
+  return "one of " + s + ", plugin:PATH (a shared library, include/ropekv/plugin.h)";
 }
+
+// "plugin:PATH": a user's kernel in a shared library. PATH as given (the replay line repeats it).
+constexpr std::string_view plugin_prefix = "plugin:";
+bool is_plugin_name(std::string_view name) { return name.substr(0, plugin_prefix.size()) == plugin_prefix; }
 
 }  // namespace
 
@@ -52,6 +57,11 @@ std::vector<std::string> compiled_backend_names() {
 std::string canonical_backend_name(std::string_view name) {
   if (name == "cpu" || name == "ref") return "ref";
   if (name == "sim") return "sim";
+  if (is_plugin_name(name)) {
+    if (name.size() == plugin_prefix.size())
+      throw arg_error("backend", "plugin:PATH with the path of a plugin library", "'" + std::string(name) + "'");
+    return std::string(name);
+  }
   if (name == "hip") {
 #if ROPEKV_HAVE_HIP
     return "hip";
@@ -71,6 +81,10 @@ backend_factory find_backend(std::string_view name) {
   std::string canon = canonical_backend_name(name);
   if (canon == "ref") return [] { return make_cpu_backend(); };
   if (canon == "sim") return [] { return make_sim_backend(); };
+  if (is_plugin_name(canon)) {
+    std::string path = canon.substr(plugin_prefix.size());
+    return [path] { return make_plugin_backend(path); };
+  }
 #if ROPEKV_HAVE_HIP
   if (canon == "hip") return [] { return make_hip_backend(); };
 #endif

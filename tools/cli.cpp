@@ -252,6 +252,7 @@ struct fuzz_cli_opts {
   bool strict = false, bitwise = false, no_shrink = false;
   std::string numerics = "fp32";
   bool identify = false;
+  bool isolate = false;
   std::string shrink_time = "30s";
   std::string variant = "auto";
   std::string pin;
@@ -308,6 +309,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   f.variant = o.variant;
   f.pins = o.pin;
   if (!f.pins.empty()) check_pins(f.pins);
+  f.isolate = o.isolate;
   f = with_registry(f);
   fuzz_summary s = run_fuzz(f, st.out, st.tty);
   if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
@@ -522,6 +524,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
   fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");
+  fuzz->add_flag("--isolate", fo.isolate,
+                 "Run the tested backend in a forked child per call: a crash (e.g. a plugin's SIGSEGV) is an ERRORED case with its repro, the campaign goes on");
   fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
   fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder");
   fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)");
