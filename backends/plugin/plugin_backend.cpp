@@ -19,6 +19,7 @@ static_assert(ROPEKV_DTYPE_F32 == static_cast<int>(dtype::f32) && ROPEKV_DTYPE_U
               "dtype enum and plugin ABI codes diverged: update plugin_dtype_code");
 static_assert(ROPEKV_ROPE_NEOX == static_cast<int>(rope_style::neox) &&
                   ROPEKV_LAYOUT_SPLIT == static_cast<int>(cache_layout::split) &&
+                  ROPEKV_LAYOUT_SHUFFLED == static_cast<int>(cache_layout::shuffled) &&
                   ROPEKV_ORDER_ROPE_FIRST == static_cast<int>(row_order::rope_first) &&
                   ROPEKV_SCALE_RECIPROCAL == static_cast<int>(scale_conv::reciprocal) &&
                   ROPEKV_PAD_Q_SKIPPED == static_cast<int>(pad_q::skipped) &&
@@ -68,6 +69,7 @@ int32_t code_of(cache_layout v) {
   switch (v) {
     case cache_layout::joint: return ROPEKV_LAYOUT_JOINT;
     case cache_layout::split: return ROPEKV_LAYOUT_SPLIT;
+    case cache_layout::shuffled: return ROPEKV_LAYOUT_SHUFFLED;
     default: throw error("to_plugin_args: cache_layout without an ABI code");
   }
 }

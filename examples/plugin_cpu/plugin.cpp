@@ -163,6 +163,10 @@ ROPEKV_PLUGIN_EXPORT int ropekv_plugin_supports(const ropekv_plugin_args* a, cha
     say(why, why_size, "not supported: fp8 q_out");
     return 0;
   }
+  if (a->cache_layout == ROPEKV_LAYOUT_SHUFFLED) {
+    say(why, why_size, "not supported: the shuffled cache layout");
+    return 0;
+  }
   const ropekv_tensor& cache = a->cache_layout == ROPEKV_LAYOUT_JOINT ? a->cache : a->ckv_cache;
   if (!is_16bit_or_f32(cache.dtype)) {
     say(why, why_size, "not supported: fp8 cache");

@@ -63,6 +63,7 @@
 #define ROPEKV_TABLE_TWO 1 /* cos [P, Dr/2] and sin [P, Dr/2] */
 #define ROPEKV_LAYOUT_JOINT 0 /* cache [num_blocks, block_size, Dn + Dr] */
 #define ROPEKV_LAYOUT_SPLIT 1 /* ckv_cache [.., Dn] and kpe_cache [.., Dr] */
+#define ROPEKV_LAYOUT_SHUFFLED 2 /* cache [num_blocks, block_size, Dn + Dr], AITER's 16-entry tiles (core/SPEC.md) */
 #define ROPEKV_ORDER_NOPE_FIRST 0
 #define ROPEKV_ORDER_ROPE_FIRST 1
 #define ROPEKV_SCALE_DIVIDE 0     /* v / scale */
@@ -104,7 +105,7 @@ typedef struct ropekv_plugin_args {
   ropekv_tensor cos;          /* [P, Dr/2]          table two, else absent */
   ropekv_tensor sin;          /* [P, Dr/2]          table two, else absent */
   ropekv_tensor q_out;        /* [Tq, H, Dn + Dr]   f32|f16|bf16|fp8* */
-  ropekv_tensor cache;        /* [num_blocks, block_size, Dn + Dr]  layout joint, else absent */
+  ropekv_tensor cache;        /* [num_blocks, block_size, Dn + Dr]  layout joint or shuffled, else absent */
   ropekv_tensor ckv_cache;    /* [num_blocks, block_size, Dn]       layout split, else absent */
   ropekv_tensor kpe_cache;    /* [num_blocks, block_size, Dr]       layout split, else absent */
   int32_t rope_style;   /* ROPEKV_ROPE_* */
