@@ -82,12 +82,6 @@ struct paged_cache_map {
     return single_cache_tensor(layout) ? part_tensor::cache : part_tensor::kpe_cache;
   }
 
-  // Features of one part of one entry that are contiguous from a multiple of it: a whole part
-  // (row layouts) or one run (shuffled).
-  int64_t contiguous_features(int64_t part_width) const {
-    return run_elems > 0 ? run_elems : part_width;
-  }
-
   // Element offsets (relative to the data pointer of nope_tensor() / rope_tensor()) of feature
   // d of slot s's nope part (d < dn) and rope part (d < dr). s in [0, capacity_slots()).
   int64_t nope_offset_elems(int64_t slot, int64_t d) const {

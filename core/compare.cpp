@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 
+#include "core/cache_map.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -477,53 +478,46 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       kb = view_in(args.k_pe, b, "k_pe");
       kpe_mark = cmp.marker_for(args.k_pe, "k_pe");
     }
+    // Where feature d of a part of slot s lives in its tensor's own index space [block, entry,
+    // feature] (core/cache_map.h): the row layouts keep entries as rows; a shuffled block is one
+    // run of block_size x (Dn + Dr) elements, read back as [entry', feature'].
+    const paged_cache_map map = paged_cache_map::from_args(args);
     const bool shuffled = o.layout == cache_layout::shuffled;
-    const int64_t nope_at = (joint && !shuffled && o.order == row_order::rope_first) ? dr : 0;
-    const int64_t rope_at = joint && !shuffled ? (o.order == row_order::rope_first ? 0 : dn) : 0;
-    // Where logical feature d of a part of entry `ent` lives in the cache tensor's own index
-    // space [block, entry, feature]: itself for the row layouts; for shuffled (core/SPEC.md)
-    // the element at that offset from the block's start, read as [entry', feature'].
-    const int64_t run = shuffled ? shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(cache_t))) : 0;
-    struct at2 { int64_t ent, f; };
-    auto physical = [&](int64_t ent, int64_t part0, bool rope, int64_t d) -> at2 {
-      if (!shuffled) return {ent, part0 + d};
-      const int64_t tile = shuffled_tile_tokens, width = rope ? dr : dn;
-      const int64_t off = (rope ? block_size * dn : 0) + (ent / tile) * tile * width +
-                          (d / run) * tile * run + (ent % tile) * run + d % run;
-      return {off / (dn + dr), off % (dn + dr)};
+    struct at3 { int64_t blk, ent, f; };
+    auto physical = [&](int64_t s, bool rope, int64_t d) -> at3 {
+      const int64_t blk = s / block_size;
+      if (!shuffled) return {blk, s % block_size, (rope ? map.rope_feature0 : map.nope_feature0) + d};
+      const int64_t off = (rope ? map.rope_offset_elems(s, d) : map.nope_offset_elems(s, d)) -
+                          blk * map.nope_block_stride;
+      return {blk, off / (dn + dr), off % (dn + dr)};
+    };
+    auto where = [&](int64_t s, int64_t t, bool rope, int64_t d, const at3& x) {
+      if (!shuffled)
+        return fmt::format("block={} entry={} feature={} (slot {}, token {})", x.blk, x.ent, x.f, s, t);
+      return fmt::format("block={} entry={} {} feature={} (slot {}, token {}; stored at [{}, {}, {}])",
+                         x.blk, s % block_size, rope ? "rope" : "nope", d, s, t, x.blk, x.ent, x.f);
     };
     for (int64_t t = 0; t < ts; ++t) {
       const int64_t s = slots[t];
       if (s < 0) continue;
-      const int64_t blk = s / block_size, ent = s % block_size;
       for (int64_t d = 0; d < dn; ++d) {
         bool zero = read_value(args.kv_c, {t, d}) == 0.0;
-        const at2 x = physical(ent, nope_at, false, d);
+        const at3 x = physical(s, false, d);
         const tensor_view& cv = joint ? args.cache : args.ckv_cache;
-        c_nope_r.compare_exact(bits_at(ca, {blk, x.ent, x.f}), bits_at(cb, {blk, x.ent, x.f}), zero, opt, [&] {
-          return shuffled ? fmt::format("block={} entry={} nope feature={} (slot {}, token {}; stored at "
-                                        "[{}, {}, {}])", blk, ent, d, s, t, blk, x.ent, x.f)
-                          : fmt::format("block={} entry={} feature={} (slot {}, token {})", blk, ent,
-                                        x.f, s, t);
-        });
-        nope_mark.mark(cv, {blk, x.ent, x.f});
+        c_nope_r.compare_exact(bits_at(ca, {x.blk, x.ent, x.f}), bits_at(cb, {x.blk, x.ent, x.f}), zero, opt,
+                               [&] { return where(s, t, false, d, x); });
+        nope_mark.mark(cv, {x.blk, x.ent, x.f});
       }
       for (int64_t j = 0; j < dr; ++j) {
         rope_operands ro = k_rope_operands(args, t, j);
         bool zero = ro.x == 0.0 && ro.partner == 0.0;
         const rope_element e = rope_element_of(args, ro, args.k_pe.type, cache_t, args.k_scale);
-        const at2 x = physical(ent, rope_at, true, j);
+        const at3 x = physical(s, true, j);
         const tensor_view& xa = joint ? ca : ra;
         const tensor_view& xb = joint ? cb : rb;
-        c_rope_r.compare_rope(bits_at(xa, {blk, x.ent, x.f}), bits_at(xb, {blk, x.ent, x.f}), e, zero, opt,
-                         [&] {
-                           return shuffled ? fmt::format("block={} entry={} rope feature={} (slot {}, "
-                                                         "token {}; stored at [{}, {}, {}])", blk, ent, j,
-                                                         s, t, blk, x.ent, x.f)
-                                           : fmt::format("block={} entry={} feature={} (slot {}, token {})",
-                                                         blk, ent, x.f, s, t);
-                         });
-        rope_mark.mark(joint ? args.cache : args.kpe_cache, {blk, x.ent, x.f});
+        c_rope_r.compare_rope(bits_at(xa, {x.blk, x.ent, x.f}), bits_at(xb, {x.blk, x.ent, x.f}), e, zero, opt,
+                              [&] { return where(s, t, true, j, x); });
+        rope_mark.mark(joint ? args.cache : args.kpe_cache, {x.blk, x.ent, x.f});
         if (o.inplace_k) {
           const rope_element e_in = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
           k_inpl_r.compare_rope(bits_at(ka, {t, j}), bits_at(kb, {t, j}), e_in, zero, opt,

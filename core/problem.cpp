@@ -306,37 +306,35 @@ void check_pins(std::string_view pins) {
 
 namespace {
 
-// Layout shuffled (core/SPEC.md): what of p breaks its constraints, "" when nothing does (or
-// the layout is another). shuffled_key / shuffled_got name the first such key and its value.
+// Layout shuffled (core/SPEC.md): the first key of p that breaks its constraints, as an
+// arg_error's parts; key empty when none does (or the layout is another).
+struct shuffled_violation {
+  std::string key, expected, got;
+};
 int64_t shuffled_run(const problem& p) {
   return shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(p.cache_dtype)));
 }
-std::string shuffled_refusal(const problem& p) {
+shuffled_violation shuffled_check(const problem& p) {
   if (p.opt.layout != cache_layout::shuffled) return {};
   const int64_t run = shuffled_run(p);
-  if (p.block_size % shuffled_tile_tokens != 0) return "a multiple of 16 (layout shuffled: 16-token tiles)";
-  if (p.dn % run != 0 || p.dr % run != 0)
-    return fmt::format("a multiple of {} (layout shuffled, cache {}: runs of 16 bytes)", run,
-                       dtype_name(p.cache_dtype));
-  if (p.entry_pad_elems != 0) return "0 (layout shuffled packs each block)";
-  if (p.opt.order != row_order::nope_first) return "nope_first (layout shuffled)";
+  const std::string runs = fmt::format("a multiple of {} (layout shuffled, cache {}: runs of 16 bytes)", run,
+                                       dtype_name(p.cache_dtype));
+  if (p.block_size % shuffled_tile_tokens != 0)
+    return {"bs", "a multiple of 16 (layout shuffled: 16-token tiles)", std::to_string(p.block_size)};
+  if (p.dn % run != 0) return {"dn", runs, std::to_string(p.dn)};
+  if (p.dr % run != 0) return {"dr", runs, std::to_string(p.dr)};
+  if (p.entry_pad_elems != 0)
+    return {"entry_pad", "0 (layout shuffled packs each block)", std::to_string(p.entry_pad_elems)};
+  if (p.opt.order != row_order::nope_first)
+    return {"order", "nope_first (layout shuffled)", std::string(to_string(p.opt.order))};
   return {};
 }
-const char* shuffled_key(const problem& p) {
-  const int64_t run = shuffled_run(p);
-  if (p.block_size % shuffled_tile_tokens != 0) return "bs";
-  if (p.dn % run != 0) return "dn";
-  if (p.dr % run != 0) return "dr";
-  if (p.entry_pad_elems != 0) return "entry_pad";
-  return "order";
-}
-std::string shuffled_got(const problem& p) {
-  const std::string key = shuffled_key(p);
-  if (key == "bs") return std::to_string(p.block_size);
-  if (key == "dn") return std::to_string(p.dn);
-  if (key == "dr") return std::to_string(p.dr);
-  if (key == "entry_pad") return std::to_string(p.entry_pad_elems);
-  return std::string(to_string(p.opt.order));
+
+// Enough cache blocks for the non-padding slots at p's block size.
+void ensure_blocks(problem& p) {
+  if (p.block_size <= 0) return;
+  const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
+  p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
 }
 
 // Moves p's free keys (free(key) true) into layout shuffled's domain: block size, Dn and Dr
@@ -350,10 +348,7 @@ void fit_shuffled(problem& p, F&& free) {
   if (free("dr")) p.dr = up(p.dr, run);
   if (free("entry_pad")) p.entry_pad_elems = 0;
   if (free("order")) p.opt.order = row_order::nope_first;
-  if (free("nb") && p.block_size > 0) {
-    const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
-    p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
-  }
+  if (free("nb")) ensure_blocks(p);
 }
 
 }  // namespace
@@ -372,16 +367,13 @@ problem pin_problem(problem p, std::string_view pins) {
   if (free("ts")) p.ts = std::min(p.ts, p.tk);
   if (free("tq")) p.tq = std::min(p.tq, p.ts);
   if (free("pad_slots")) p.pad_slots = std::min(p.pad_slots, p.ts);
-  if (free("nb") && p.block_size > 0) {
-    const int64_t written = std::max<int64_t>(p.ts - p.pad_slots, 0);
-    p.num_blocks = std::max(p.num_blocks, (written + p.block_size - 1) / p.block_size);
-  }
+  if (free("nb")) ensure_blocks(p);
   if (p.opt.layout == cache_layout::shuffled) {
     // Pinned shuffled: fit the free keys to it. Drawn shuffled but the pins rule it out (say
     // `dn=100` with a bf16 cache): the case takes layout joint instead.
     problem fitted = p;
     fit_shuffled(fitted, free);
-    if (shuffled_refusal(fitted).empty() || !free("layout")) p = fitted;
+    if (shuffled_check(fitted).key.empty() || !free("layout")) p = fitted;
     else p.opt.layout = cache_layout::joint;
   }
   check_problem(p);
@@ -415,8 +407,7 @@ void check_problem(const problem& p) {
   check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
   check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
   check_range("pad_slots", p.pad_slots, 0, p.ts);
-  const std::string shuffled_why = shuffled_refusal(p);
-  if (!shuffled_why.empty()) throw arg_error(shuffled_key(p), shuffled_why, shuffled_got(p));
+  if (const shuffled_violation v = shuffled_check(p); !v.key.empty()) throw arg_error(v.key, v.expected, v.got);
   const int64_t written = p.ts - p.pad_slots;
   if (p.num_blocks * p.block_size < written)
     throw arg_error("nb", fmt::format("nb * bs >= {} (the non-padding slots)", written),
@@ -514,8 +505,11 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
   }
   p.dn = r.chance(0.5) ? 512 : pick(r, odd_dn);
   p.dr = r.chance(0.6) ? 64 : pick(r, odd_dr);
-  while (p.heads > 1 && p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.heads = (p.heads + 1) / 2;
-  if (p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.tq = max_cost_elems / (p.dn + p.dr);
+  auto bound_cost = [&] {  // tq * h * (dn + dr) <= max_cost_elems: fewer heads first, then fewer tokens
+    while (p.heads > 1 && p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.heads = (p.heads + 1) / 2;
+    if (p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.tq = max_cost_elems / (p.dn + p.dr);
+  };
+  bound_cost();
 
   {
     const double u = r.next_unit();
@@ -594,9 +588,7 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
   if (r.chance(0.2)) {
     p.opt.layout = cache_layout::shuffled;
     fit_shuffled(p, [](const char*) { return true; });
-    // Dn, Dr rounded up: keep the cost bound
-    while (p.heads > 1 && p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.heads = (p.heads + 1) / 2;
-    if (p.tq * p.heads * (p.dn + p.dr) > max_cost_elems) p.tq = max_cost_elems / (p.dn + p.dr);
+    bound_cost();  // Dn, Dr were rounded up
   }
   check_problem(p);
   return p;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -424,16 +425,13 @@ void validate(const op_args& args, bool check_values) {
                       std::to_string(bs));
     check_shape(args.cache, "cache", {nb, bs, row_width});
     const int64_t run = shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(args.cache.type)));
-    if (dn % run != 0)
-      throw arg_error("q_nope.shape[2]",
-                      fmt::format("Dn a multiple of {} (layout shuffled: runs of 16 bytes of {})", run,
-                                  dtype_name(args.cache.type)),
-                      std::to_string(dn));
-    if (dr % run != 0)
-      throw arg_error("q_pe.shape[2]",
-                      fmt::format("Dr a multiple of {} (layout shuffled: runs of 16 bytes of {})", run,
-                                  dtype_name(args.cache.type)),
-                      std::to_string(dr));
+    for (const auto& [arg, name, width] :
+         {std::tuple{"q_nope.shape[2]", "Dn", dn}, std::tuple{"q_pe.shape[2]", "Dr", dr}}) {
+      if (width % run != 0)
+        throw arg_error(arg, fmt::format("{} a multiple of {} (layout shuffled: runs of 16 bytes of {})", name, run,
+                                         dtype_name(args.cache.type)),
+                        std::to_string(width));
+    }
     if (args.cache.strides_elems[1] != row_width)
       throw arg_error("cache.strides[1]",
                       fmt::format("{} (Dn + Dr: layout shuffled packs a block, no entry padding)", row_width),

@@ -291,14 +291,16 @@ void reference_run(const op_args& args) {
             k_rule.write_nope(args.kv_c.type, kv_row, nope_cache_raw.at(map.nope_offset_elems(slot, 0)),
                               sz.dn, s);
             k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);
-          } else {  // shuffled: each part rounded whole, then stored run by run
+          } else {  // shuffled: each part rounded whole into s.entry, then stored run by run
             const int64_t run = map.run_elems, eb = nope_cache_raw.elem_bytes;
+            auto store_runs = [&](const raw_view& part, int64_t n, auto offset_of) {
+              for (int64_t d = 0; d < n; d += run)
+                std::memcpy(part.at(offset_of(d)), s.entry.data() + d * eb, static_cast<size_t>(run * eb));
+            };
             k_rule.write_nope(args.kv_c.type, kv_row, s.entry.data(), sz.dn, s);
-            for (int64_t d = 0; d < sz.dn; d += run)
-              std::memcpy(nope_cache_raw.at(map.nope_offset_elems(slot, d)), s.entry.data() + d * eb, run * eb);
+            store_runs(nope_cache_raw, sz.dn, [&](int64_t d) { return map.nope_offset_elems(slot, d); });
             k_rule.write_rope(s.rot.data(), s.entry.data(), sz.dr, s);
-            for (int64_t d = 0; d < sz.dr; d += run)
-              std::memcpy(rope_cache_raw.at(map.rope_offset_elems(slot, d)), s.entry.data() + d * eb, run * eb);
+            store_runs(rope_cache_raw, sz.dr, [&](int64_t d) { return map.rope_offset_elems(slot, d); });
           }
           if (opt.inplace_k) {
             encode_row_from_f64(args.k_pe.type, s.rot.data(), k_pe_raw.at(kpe_off), sz.dr,

@@ -10,21 +10,13 @@
 
 #include "core/presets.h"
 #include "core/problem.h"
-#include "tools/cli.h"
+#include "tests/cpp/cli_run.h"
 
 namespace ropekv {
 namespace {
 
-struct cli_result {
-  int rc;
-  std::string out, err;
-};
-
-cli_result cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int rc = cli_main(args, out, err);
-  return {rc, out.str(), err.str()};
-}
+using test::cli;
+using test::cli_result;
 
 int lines(const std::string& s) {
   int n = 0;

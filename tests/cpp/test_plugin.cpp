@@ -13,7 +13,7 @@
 #include "harness/fuzz.h"
 #include "ropekv/version.h"
 #include "tools/backends_registry.h"
-#include "tools/cli.h"
+#include "tests/cpp/cli_run.h"
 
 namespace ropekv {
 namespace {
@@ -25,15 +25,8 @@ std::string test_plugin(const char* flavour) {
   return std::string(ROPEKV_BINARY_DIR) + "/tests/plugins/libtest_plugin_" + flavour + ".so";
 }
 
-struct cli_result {
-  int rc;
-  std::string out, err;
-};
-cli_result cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int rc = cli_main(args, out, err);
-  return {rc, out.str(), err.str()};
-}
+using test::cli;
+using test::cli_result;
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -35,14 +35,7 @@ def _write_random(ropekv_bin, out, cases, seed, *extra):
 
 @pytest.fixture(scope="module")
 def golden_dir(ropekv_bin, tmp_path_factory):
-    out = tmp_path_factory.mktemp("golden-random")
-    cmd = [ropekv_bin, "golden", "write", "--random", str(CASES), "--seed", str(SEED),
-           "--max-tokens", str(MAX_TOKENS), "--out", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    files = sorted(out.glob("case-*.safetensors"))
-    assert len(files) == CASES, f"{' '.join(cmd)} wrote {len(files)} files, expected {CASES}"
-    return files
+    return _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-random"), CASES, SEED)
 
 
 def test_reference_matches_oracle_bytewise(golden_dir):
