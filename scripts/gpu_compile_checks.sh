@@ -11,7 +11,7 @@ root="${1:-$repo/build-gpucheck}"
 jobs="${ROPEKV_JOBS:-2}"
 common=(-DCMAKE_BUILD_TYPE=Release -DROPEKV_BUILD_TESTS=OFF)
 
-step() { echo "== gpu_compile_checks: $*"; }
+step() { echo "== gpu_compile_checks: $* (at ${SECONDS}s)"; }
 
 step "nvidia sm_90a (nvcc)"
 command -v nvcc >/dev/null || { echo "nvcc not found on PATH" >&2; exit 1; }

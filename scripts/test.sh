@@ -13,14 +13,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+# Wall time of each stage, printed at the end (CI budget: keep the whole run under 60 minutes).
+times=()
+t0=$SECONDS
+lap() { times+=("$1 $((SECONDS - t0))s"); t0=$SECONDS; }
 bash scripts/setup.sh
+lap build
 build_dir="${ROPEKV_BUILD_DIR:-build}"
 jobs="${ROPEKV_JOBS:-$(nproc)}"
 bash scripts/python_env.sh
+lap python-package
 
 failed=()
 echo "== ctest"
 (cd "$build_dir" && ctest --output-on-failure) || failed+=(ctest)
+lap ctest
 
 if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== C++ unit tests under ASan + UBSan"
@@ -34,11 +41,13 @@ if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
   else
     tail -n 40 $asan/build.log; failed+=(sanitizer-build)
   fi
+  lap sanitizers
 fi
 
 if [ "${ROPEKV_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== libFuzzer targets"
   bash scripts/fuzz.sh || failed+=(libfuzzer)
+  lap libfuzzer
 fi
 
 if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ] && ! command -v nvcc >/dev/null; then
@@ -46,9 +55,13 @@ if [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ] && ! command -v nvcc >/dev/null; th
 elif [ "${ROPEKV_SKIP_GPU_BUILDS:-0}" != "1" ]; then
   echo "== GPU compile checks"
   install_missing test hipcc rocm-device-libs libamdhip64-dev clang-19
-  bash scripts/gpu_compile_checks.sh >build-gpucheck.log 2>&1 && echo "gpu compile checks: all passed" ||
+  bash scripts/gpu_compile_checks.sh >build-gpucheck.log 2>&1 &&
+    { grep "^== gpu_compile_checks" build-gpucheck.log; echo "gpu compile checks: all passed"; } ||
     { tail -n 40 build-gpucheck.log; failed+=(gpu-builds); }
+  lap gpu-builds
 fi
+
+echo "test: stage times: ${times[*]} (total ${SECONDS}s)"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test: FAILED: ${failed[*]}"

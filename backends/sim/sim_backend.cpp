@@ -27,6 +27,12 @@
 #define ROPEKV_SIM_FMA_CLONE 0
 #endif
 
+// 1: fast launches run the dtype-specialised instantiation the GPU would launch; 0: the generic
+// one (the same body, dtypes read at run time), which sanitizer builds use (CMakeLists.txt).
+#ifndef ROPEKV_SIM_SPECIALISED
+#define ROPEKV_SIM_SPECIALISED 1
+#endif
+
 namespace ropekv {
 namespace {
 
@@ -227,8 +233,12 @@ class sim_backend final : public backend {
     switch (l.kernel) {
       case ropekv_gpu::rk_kernel::fast3:
       case ropekv_gpu::rk_kernel::fast4:
+#if ROPEKV_SIM_SPECIALISED
         // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit)
         ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, fma_, pin_); });
+#else
+        sim_launch_fast<ropekv_gpu::rk_v3_generic>(l, fma_, pin_);
+#endif
         break;
       case ropekv_gpu::rk_kernel::fused:
         sim_launch_fused(l, fma_);
@@ -252,6 +262,8 @@ class sim_backend final : public backend {
 }  // namespace
 
 int64_t sim_pinned_launches() { return g_pinned_launches.load(std::memory_order_relaxed); }
+
+bool sim_specialised() { return ROPEKV_SIM_SPECIALISED != 0; }
 
 std::unique_ptr<backend> make_sim_backend() { return std::make_unique<sim_backend>(); }
 

@@ -283,7 +283,7 @@ TEST_CASE("sim: pinned grid loops write the same bytes as the plain loops") {
     sim->run_host(pinned.args, pinned.regions());
     CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
     CHECK((sim->last_variant().find("+qp") != std::string::npos) == (pc.q_pairs == 1));
-    CHECK(sim_pinned_launches() - before == (pc.pinned && pins_run ? 1 : 0));
+    CHECK(sim_pinned_launches() - before == (pc.pinned && pins_run && sim_specialised() ? 1 : 0));
 
     ::setenv("ROPEKV_SIM_PIN", "0", 1);
     const int64_t before_plain = sim_pinned_launches();
