@@ -2,7 +2,7 @@
 # Layout shuffled (AITER's 16-token tiles) on one NVIDIA H200 (< 6 minutes): ref vs hip over the
 # default stream and the aligned16 profile (the fast paths), sim vs hip bit for bit, every
 # golden case on hip, and bench rows of the joint and shuffled layouts side by side (one run,
-# one copy ceiling). Summary last.
+# one copy ceiling), with and without the L2 keep hint on the cache stores. Summary last.
 #   ROPEKV_BIN   the nvcc build of ropekv (default build-gpubin/ropekv)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +36,8 @@ for f in "$ROOT"/data/golden/*.safetensors; do
 done
 say "golden on hip: $((n - bad)) passed, $bad failed of $n"
 "$BIN" bench --backend hip --layout joint,shuffled --cache bf16,fp8_e4m3fn --mode copy \
+  --variant auto,l2keep=0,l2keep=1 \
   --case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:4096 --case deepseek-v3-tp8:8192 \
   --json "$OUT/bench-shuffled.json" > "$W/bench.log" 2>&1
-say "bench (joint vs shuffled, copy mode):"
+say "bench (joint vs shuffled, copy mode; auto = the L2 keep hint on shuffled cache stores only):"
 cat "$W/bench.log" | tee -a "$summary"

@@ -280,6 +280,7 @@ void set_kernel_variant(const std::string& request) {
       }
       if (key == "kvr" && (value == 0 || value == 1)) { ov.v4_kv_rope_group = static_cast<int32_t>(value); continue; }
       if (key == "qp" && (value == 0 || value == 1)) { ov.v4_q_pairs = static_cast<int32_t>(value); continue; }
+      if (key == "l2keep" && (value == 0 || value == 1)) { ov.cache_keep_l2 = static_cast<int32_t>(value); continue; }
       if (value < 1) throw arg_error("--variant", "a value >= 1", part);
       if (key == "hpb") { ov.heads_per_block = value; continue; }
       if (key == "upt") { ov.units_per_thread = value; continue; }
@@ -287,7 +288,7 @@ void set_kernel_variant(const std::string& request) {
       if (key == "gpb") { ov.v4_groups_per_block = value; continue; }
       if (key == "kvs") { ov.v4_kv_split = value; continue; }
     }
-    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1, qp=0|1 joined by '+'", part);
+    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1, qp=0|1, l2keep=0|1 joined by '+'", part);
   }
   ropekv_gpu::rk_variant_overrides() = ov;
 }
@@ -327,7 +328,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
-  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
+  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
   b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")->capture_default_str();
   b->add_option("--copy-mb", o.copy_mb, "Size of the reference copy in MiB")->capture_default_str();

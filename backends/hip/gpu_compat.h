@@ -63,6 +63,10 @@ inline __attribute__((always_inline)) void rk_store_words(void* p, int bytes, co
   rk_sim_check_align(p, bytes, "store");
   std::memcpy(p, w, static_cast<size_t>(bytes));
 }
+// A store with an L2 keep hint (see the GPU section): a plain store in the simulation.
+inline __attribute__((always_inline)) void rk_store_words_keep_l2(void* p, int bytes, const uint32_t* w) {
+  rk_store_words(p, bytes, w);
+}
 // Programmatic dependent launch (see the GPU section): nothing to wait for in the simulation.
 inline void rk_pdl_wait() {}
 inline void rk_pdl_trigger() {}
@@ -145,6 +149,30 @@ __device__ __forceinline__ void rk_store_words(void* p, int bytes, const uint32_
   } else {
     *reinterpret_cast<uint32_t*>(p) = w[0];
   }
+}
+
+// rk_store_words with an L2 evict_last policy (CUDA, sm_80+: createpolicy + st.global.L2::cache_hint),
+// for stores that fill only part of a 32-byte sector whose other part another thread writes
+// later (the shuffled cache's 16-byte runs of random slots): the hint keeps the half-written
+// sector in L2 until its partner arrives instead of letting streaming traffic evict it (a
+// read-modify-write to memory). Same bytes stored; HIP and older CUDA targets: a plain store.
+__device__ __forceinline__ void rk_store_words_keep_l2(void* p, int bytes, const uint32_t* w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint64_t keep;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+  if (bytes == 16) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3]), "l"(keep)
+                 : "memory");
+  } else if (bytes == 8) {
+    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;" ::"l"(p), "r"(w[0]), "r"(w[1]), "l"(keep)
+                 : "memory");
+  } else {
+    asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;" ::"l"(p), "r"(w[0]), "l"(keep) : "memory");
+  }
+#else
+  rk_store_words(p, bytes, w);
+#endif
 }
 
 // Programmatic dependent launch (CUDA, sm_90+): a kernel launched with the programmatic

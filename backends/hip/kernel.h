@@ -249,6 +249,9 @@ struct rk_paged_cache {
   uint32_t bs_magic, bs_shift;
   int32_t run_shift;           // features: see rk_paged_part
   int64_t run_stride_elems, run_mask;
+  // 1: the fast bodies' cache stores carry an L2 evict_last hint (gpu_compat.h
+  // rk_store_words_keep_l2; launch_plan.h sets it for the shuffled layout).
+  int32_t keep_l2;
   ROPEKV_HOST_DEVICE char* entry(const rk_paged_part& part, int64_t slot) const {
     int64_t block, in_block;
     if (slots_u32) {
@@ -271,6 +274,14 @@ struct rk_paged_cache {
   // d and n are multiples of n and n divides the run (16 bytes; rows: any).
   ROPEKV_HOST_DEVICE char* feature(char* entry_ptr, int64_t d) const {
     return entry_ptr + ((d >> run_shift) * run_stride_elems + (d & run_mask)) * static_cast<int64_t>(rk_size_bytes(dtype));
+  }
+  // Stores `bytes` (4, 8 or 16) of w at dst, a feature() address of this cache.
+  ROPEKV_DEVICE void store(char* dst, int bytes, const uint32_t* w) const {
+    if (keep_l2) {
+      rk_store_words_keep_l2(dst, bytes, w);
+    } else {
+      rk_store_words(dst, bytes, w);
+    }
   }
 };
 
@@ -811,10 +822,10 @@ ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, int32_t ct, bool
   char* dst = p.cache.entry(p.cache.rope, slot);
   uint32_t o[4];
   rk_pack8(ra, p, ct, o);
-  rk_store_words(p.cache.feature(dst, static_cast<int64_t>(unit) * 8), c_bytes8, o);
+  p.cache.store(p.cache.feature(dst, static_cast<int64_t>(unit) * 8), c_bytes8, o);
   if (neox) {
     rk_pack8(rb, p, ct, o);
-    rk_store_words(p.cache.feature(dst, p.dr / 2 + static_cast<int64_t>(unit) * 8), c_bytes8, o);
+    p.cache.store(p.cache.feature(dst, p.dr / 2 + static_cast<int64_t>(unit) * 8), c_bytes8, o);
   }
 }
 
@@ -914,7 +925,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
     if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
     rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
     char* dst = p.cache.feature(p.cache.entry(p.cache.nope, slot), static_cast<int64_t>(j) * 8);
-    rk_store_words(dst, rk_cache_chunk8(p, kt, ct, wa), wa);
+    p.cache.store(dst, rk_cache_chunk8(p, kt, ct, wa), wa);
     return;
   }
   if (!rk_v3_position(p, t, &pos)) return;
@@ -1134,7 +1145,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     const int32_t j = (k * split + part) * 32 + lane;
     if (j < nc && rk_v3_nope_written(j, nc)) {
       const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
-      rk_store_words(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
+      p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
     }
   }
   for (int32_t first = (rk_v4_batch * split + part) * 32 + lane; first < nc; first += rk_v4_batch * split * 32) {
@@ -1148,7 +1159,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
       const int32_t j = first + k * split * 32;
       if (j < nc && rk_v3_nope_written(j, nc)) {
         const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
-        rk_store_words(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
+        p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
       }
     }
   }
