@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -101,6 +102,7 @@ std::map<std::string, size_t> buffer_sizes(const problem& p) {
     s["ckv_cache"] = bytes_of(p.num_blocks * l.block_stride[0], p.cache_dtype);
     s["kpe_cache"] = bytes_of(p.num_blocks * l.block_stride[1], p.cache_dtype);
   }
+  if (p.scales == scale_storage::tensor) s["k_scale"] = s["q_scale"] = sizeof(float);
   return s;
 }
 
@@ -149,8 +151,15 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
     a.kpe_cache = make_view(p.cache_dtype, buf(b, "kpe_cache"), {nb, bs, p.dr},
                             {l.block_stride[1], l.entry_stride[1], 1});
   }
-  a.k_scale = p.k_scale;
-  a.q_scale = p.q_scale;
+  if (p.scales == scale_storage::tensor) {
+    // The floats are a NaN decoy: a backend must read the tensors (validate rejects a NaN float).
+    a.k_scale_tensor = make_view(dtype::f32, buf(b, "k_scale"), {1}, {1});
+    a.q_scale_tensor = make_view(dtype::f32, buf(b, "q_scale"), {1}, {1});
+    a.k_scale = a.q_scale = std::numeric_limits<float>::quiet_NaN();
+  } else {
+    a.k_scale = p.k_scale;
+    a.q_scale = p.q_scale;
+  }
   a.options = p.opt;
   return a;
 }
@@ -396,6 +405,10 @@ case_data make_case(const problem& prob) {
   fill_uniform(c.args.k_pe, prob.seed, id_k_pe, amp);
   fill_tables(prob, c.args);
   fill_indices(prob, c.args);
+  if (prob.scales == scale_storage::tensor) {
+    std::memcpy(c.args.k_scale_tensor.data, &prob.k_scale, sizeof(float));
+    std::memcpy(c.args.q_scale_tensor.data, &prob.q_scale, sizeof(float));
+  }
   return c;
 }
 

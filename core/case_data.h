@@ -15,7 +15,8 @@ namespace ropekv {
 
 // Buffer names, in a fixed order; each owns one host_buffer. With kv_storage::fused, "kv"
 // holds both kv_c and k_pe; with table one "cos_sin", with table two "cos" and "sin"; with
-// layout joint "cache", with split "ckv_cache" and "kpe_cache".
+// layout joint "cache", with split "ckv_cache" and "kpe_cache"; with scales=tensor "k_scale" and
+// "q_scale" ([1] f32 each; the args' float scales are then NaN, never to be read).
 struct case_data {
   problem prob;
   std::map<std::string, host_buffer> buffers;

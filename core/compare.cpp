@@ -425,7 +425,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     tensor_view pa = view_in(args.q_pe, a, "q_pe"), pb = view_in(args.q_pe, b, "q_pe");
     comparer::marker q_mark = cmp.marker_for(args.q_out, "q_out");
     comparer::marker qpe_mark = cmp.marker_for(args.q_pe, "q_pe");
-    const float qs = args.q_scale;
+    const float qs = q_scale_of(args);
     for (int64_t t = 0; t < tq; ++t) {
       if (o.padding == pad_q::skipped && slots[t] < 0) continue;
       for (int64_t h = 0; h < heads; ++h) {
@@ -456,6 +456,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
 
   // Cache entries and in-place k_pe.
   const dtype cache_t = cache_any.type;
+  const float k_scale = k_scale_of(args);
   value_region c_nope_r(joint ? "cache.nope" : "ckv_cache.nope", region_rule::exact, cache_t);
   value_region c_rope_r(joint ? "cache.rope" : "kpe_cache.rope", region_rule::rope, cache_t);
   value_region k_inpl_r("k_pe.inplace", region_rule::rope, args.k_pe.type);
@@ -511,7 +512,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       for (int64_t j = 0; j < dr; ++j) {
         rope_operands ro = k_rope_operands(args, t, j);
         bool zero = ro.x == 0.0 && ro.partner == 0.0;
-        const rope_element e = rope_element_of(args, ro, args.k_pe.type, cache_t, args.k_scale);
+        const rope_element e = rope_element_of(args, ro, args.k_pe.type, cache_t, k_scale);
         const at3 x = physical(s, true, j);
         const tensor_view& xa = joint ? ca : ra;
         const tensor_view& xb = joint ? cb : rb;

@@ -100,6 +100,8 @@ const tensor_view& view_named(const op_args& a, const std::string& name) {
   if (base == "cache") return a.cache;
   if (base == "ckv_cache") return a.ckv_cache;
   if (base == "kpe_cache") return a.kpe_cache;
+  if (base == "k_scale") return a.k_scale_tensor;
+  if (base == "q_scale") return a.q_scale_tensor;
   throw error(fmt::format("golden: no view for tensor '{}'", name));
 }
 
@@ -211,6 +213,10 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& p) {
   } else {
     s.push_back({"cos", p.table_dtype, {p.table_rows, p.dr / 2}});
     s.push_back({"sin", p.table_dtype, {p.table_rows, p.dr / 2}});
+  }
+  if (p.scales == scale_storage::tensor) {
+    s.push_back({"k_scale", dtype::f32, {1}});
+    s.push_back({"q_scale", dtype::f32, {1}});
   }
   for (const char* when : {".initial", ".expected"}) {
     s.push_back({std::string("q_out") + when, p.q_out_dtype, {p.tq, p.heads, w}});
@@ -756,6 +762,11 @@ case_data case_with_outputs(const case_data& initial, const tensor_file& outputs
 case_data case_with_inputs(const problem& prob, const tensor_file& inputs, std::vector<std::string>* ignored) {
   case_data c = make_case(prob);
   scatter_named(c, inputs, golden_input_specs(prob), "an input", ignored);
+  if (prob.scales == scale_storage::tensor) {
+    // The repro states the scales the tensors hold (validate checks them as it checks a float).
+    c.prob.k_scale = k_scale_of(c.args);
+    c.prob.q_scale = q_scale_of(c.args);
+  }
   return c;
 }
 

@@ -1,6 +1,7 @@
 // Enum names (derived from the ROPEKV_ENUM lists) and sizes_of. See core/op.h.
 #include "core/op.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,7 @@ ROPEKV_INSTANTIATE_ENUM(pad_at)
 ROPEKV_INSTANTIATE_ENUM(pos_mode)
 ROPEKV_INSTANTIATE_ENUM(q_storage)
 ROPEKV_INSTANTIATE_ENUM(kv_storage)
+ROPEKV_INSTANTIATE_ENUM(scale_storage)
 #undef ROPEKV_INSTANTIATE_ENUM
 
 op_sizes sizes_of(const op_args& args) {
@@ -115,7 +117,25 @@ std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_te
            {"q_out", &a.q_out},
            {"cache", &a.cache},
            {"ckv_cache", &a.ckv_cache},
-           {"kpe_cache", &a.kpe_cache}}};
+           {"kpe_cache", &a.kpe_cache},
+           {"k_scale", &a.k_scale_tensor},
+           {"q_scale", &a.q_scale_tensor}}};
 }
+
+namespace {
+float scale_of(const tensor_view& t, float value, const char* name) {
+  if (!t.present()) return value;
+  if (t.on_device)
+    throw arg_error(name, "a tensor in host memory (a host-side computation reads it)", "device memory");
+  if (t.type != dtype::f32 || t.rank != 1 || t.shape[0] != 1 || t.data == nullptr)
+    throw arg_error(name, "an f32 tensor [1]", "another tensor");
+  float v;
+  std::memcpy(&v, t.data, sizeof v);
+  return v;
+}
+}  // namespace
+
+float k_scale_of(const op_args& args) { return scale_of(args.k_scale_tensor, args.k_scale, "k_scale"); }
+float q_scale_of(const op_args& args) { return scale_of(args.q_scale_tensor, args.q_scale, "q_scale"); }
 
 }  // namespace ropekv

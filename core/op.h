@@ -66,17 +66,19 @@ struct op_args {
   tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint or shuffled
   tensor_view ckv_cache;     // [num_blocks, block_size, Dn]       layout split
   tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
-  float k_scale = 1.0f;
-  float q_scale = 1.0f;
+  tensor_view k_scale_tensor;  // [1]             f32, optional: k_scale read at run time (core/SPEC.md)
+  tensor_view q_scale_tensor;  // [1]             f32, optional: q_scale read at run time
+  float k_scale = 1.0f;        // read only when k_scale_tensor is absent
+  float q_scale = 1.0f;        // read only when q_scale_tensor is absent
   op_options options;
 
   table_kind table() const { return cos_sin.present() ? table_kind::one : table_kind::two; }
 };
 
 // Every tensor of a call by its name in golden files and the Python package (q_nope, q_pe, kv_c,
-// k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache, ckv_cache, kpe_cache), in that
-// order; absent ones included (tensor_view::present() false).
-inline constexpr int op_tensor_count = 13;
+// k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache, ckv_cache, kpe_cache, k_scale,
+// q_scale), in that order; absent ones included (tensor_view::present() false).
+inline constexpr int op_tensor_count = 15;
 std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_tensors(const op_args& a);
 
 // Sizes read off the views (after validation they are consistent).
@@ -84,6 +86,11 @@ struct op_sizes {
   int64_t tq, ts, tk, heads, dn, dr, table_rows, num_blocks, block_size;
 };
 op_sizes sizes_of(const op_args& args);
+
+// The scale a host-side computation uses: the tensor's value when the scale is a tensor (then it
+// must be in host memory: arg_error naming it otherwise), else the float.
+float k_scale_of(const op_args& args);
+float q_scale_of(const op_args& args);
 
 // Whether the layout keeps both parts in the one tensor `cache` (joint, shuffled) rather than
 // in ckv_cache and kpe_cache (split).

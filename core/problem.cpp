@@ -23,11 +23,12 @@ namespace ropekv {
 namespace {
 
 // Every repro key, in the canonical print order (docs/golden-format.md).
-constexpr std::array<const char*, 39> repro_keys = {
+constexpr std::array<const char*, 40> repro_keys = {
     "tq",        "ts",        "tk",         "h",          "dn",        "dr",        "p",
     "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
     "cache",     "table",     "style",      "layout",     "order",     "scale_conv", "pad_q",
-    "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "q_layout",  "kv_layout",
+    "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "scales",    "q_layout",
+    "kv_layout",
     "row_pad",   "entry_pad", "block_pad",  "table_pad",  "pad_slots", "pad_at",    "positions",
     "rope_table", "amp",      "seed",       "",
 };
@@ -172,6 +173,7 @@ std::string problem::to_repro() const {
   add("inplace_k", opt.inplace_k ? 1 : 0);
   add("k_scale", k_scale);  // fmt "{}" of a float: the shortest decimal that round-trips
   add("q_scale", q_scale);
+  add("scales", to_string(scales));
   add("q_layout", to_string(q_layout));
   add("kv_layout", to_string(kv_layout));
   add("row_pad", row_pad_elems);
@@ -197,7 +199,7 @@ bool problem::operator==(const problem& o) const {
          opt.scale == o.opt.scale && opt.padding == o.opt.padding &&
          opt.positions == o.opt.positions && opt.inplace_q == o.opt.inplace_q &&
          opt.inplace_k == o.opt.inplace_k && f32_bits(k_scale) == f32_bits(o.k_scale) &&
-         f32_bits(q_scale) == f32_bits(o.q_scale) && q_layout == o.q_layout &&
+         f32_bits(q_scale) == f32_bits(o.q_scale) && scales == o.scales && q_layout == o.q_layout &&
          kv_layout == o.kv_layout && row_pad_elems == o.row_pad_elems &&
          entry_pad_elems == o.entry_pad_elems && block_pad_elems == o.block_pad_elems &&
          table_pad_elems == o.table_pad_elems && pad_slots == o.pad_slots &&
@@ -263,6 +265,7 @@ void set_problem_key(problem& p, std::string_view key, std::string_view val) {
   else if (key == "inplace_k") p.opt.inplace_k = parse_flag(key, val);
   else if (key == "k_scale") p.k_scale = parse_f32(key, val);
   else if (key == "q_scale") p.q_scale = parse_f32(key, val);
+  else if (key == "scales") p.scales = parse_enum<scale_storage>(val, kc);
   else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
   else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
   else if (key == "row_pad") p.row_pad_elems = parse_i64(key, val);
@@ -590,6 +593,8 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
     fit_shuffled(p, [](const char*) { return true; });
     bound_cost();  // Dn, Dr were rounded up
   }
+  // Scales as tensors, drawn after everything else for the same reason.
+  if (r.chance(0.25)) p.scales = scale_storage::tensor;
   check_problem(p);
   return p;
 }

@@ -13,6 +13,7 @@ ROPEKV_ENUM(pad_at, head, middle, tail, spread)     // where padding slots (-1) 
 ROPEKV_ENUM(pos_mode, random, near_end, same)       // positions: uniform, within 8 of P-1, all equal
 ROPEKV_ENUM(q_storage, token_major, head_major)     // q_nope / q_pe memory order behind the view
 ROPEKV_ENUM(kv_storage, separate, fused)            // kv_c, k_pe separate, or column slices of one [Tk, Dn+Dr(+pad)] buffer
+ROPEKV_ENUM(scale_storage, host, tensor)            // k_scale / q_scale as host floats, or as [1] f32 tensors
 
 struct problem {
   // sizes
@@ -33,6 +34,7 @@ struct problem {
   table_kind table = table_kind::one;
   op_options opt;
   float k_scale = 1.0f, q_scale = 1.0f;
+  scale_storage scales = scale_storage::host;  // tensor: the case passes both scales as [1] f32 tensors
   // memory layout of the case (strides are padded by these many elements)
   q_storage q_layout = q_storage::token_major;
   kv_storage kv_layout = kv_storage::separate;

@@ -360,13 +360,20 @@ void validate(const op_args& args, bool check_values) {
       throw error(fmt::format("validate: bad cache_layout {}", static_cast<int>(opt.layout)));
   }
 
+  // --- scales given as tensors: [1] f32 each
+  for (const named_view& nv : {named_view{"k_scale", &args.k_scale_tensor}, named_view{"q_scale", &args.q_scale_tensor}}) {
+    if (!nv.view->present()) continue;
+    check_tensor(*nv.view, nv.name, 1, {dtype::f32});
+    check_shape(*nv.view, nv.name, {1});
+  }
+
   // --- one memory space
   const named_view all_views[] = {
       {"q_nope", &args.q_nope}, {"q_pe", &args.q_pe},       {"kv_c", &args.kv_c},
       {"k_pe", &args.k_pe},     {"positions", &args.positions}, {"slot_mapping", &args.slot_mapping},
       {"cos_sin", &args.cos_sin}, {"cos", &args.cos},       {"sin", &args.sin},
       {"q_out", &args.q_out},   {"cache", &args.cache},     {"ckv_cache", &args.ckv_cache},
-      {"kpe_cache", &args.kpe_cache}};
+      {"kpe_cache", &args.kpe_cache}, {"k_scale", &args.k_scale_tensor}, {"q_scale", &args.q_scale_tensor}};
   for (const named_view& nv : all_views) {
     if (nv.view->present() && nv.view->on_device != args.q_nope.on_device) {
       throw arg_error(nv.name,
@@ -460,7 +467,9 @@ void validate(const op_args& args, bool check_values) {
   if (opt.inplace_k) outputs.push_back({"k_pe", &args.k_pe});
   std::vector<named_view> inputs = {{"q_nope", &args.q_nope}, {"kv_c", &args.kv_c},
                                     {"positions", &args.positions},
-                                    {"slot_mapping", &args.slot_mapping}};
+                                    {"slot_mapping", &args.slot_mapping},
+                                    {"k_scale", &args.k_scale_tensor},
+                                    {"q_scale", &args.q_scale_tensor}};
   if (!opt.inplace_q) inputs.push_back({"q_pe", &args.q_pe});
   if (!opt.inplace_k) inputs.push_back({"k_pe", &args.k_pe});
   if (table_one) {
@@ -493,16 +502,19 @@ void validate(const op_args& args, bool check_values) {
     }
   }
 
-  // --- scales (checked for every output dtype, used for fp8 only)
-  check_scale(args.k_scale, "k_scale");
-  check_scale(args.q_scale, "q_scale");
+  // --- scales (checked for every output dtype, used for fp8 only). A scale tensor's value is
+  // checked with the other values below: in device memory it is read only by the kernel.
+  if (!args.k_scale_tensor.present()) check_scale(args.k_scale, "k_scale");
+  if (!args.q_scale_tensor.present()) check_scale(args.q_scale, "q_scale");
 
-  // --- values of slot_mapping and positions
+  // --- values of slot_mapping, positions and scale tensors
   if (!check_values) return;
   if (args.slot_mapping.on_device || args.positions.on_device) {
     throw arg_error(args.slot_mapping.on_device ? "slot_mapping" : "positions",
                     "host memory (or validate with check_values = false)", "device memory");
   }
+  if (args.k_scale_tensor.present()) check_scale(k_scale_of(args), "k_scale[0]");
+  if (args.q_scale_tensor.present()) check_scale(q_scale_of(args), "q_scale[0]");
   const paged_cache_map map = paged_cache_map::from_args(args);
   const int64_t capacity = map.capacity_slots();
   const std::vector<int64_t> slots = read_indices(args.slot_mapping, ts);  // [Ts]

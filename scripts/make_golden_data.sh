@@ -30,4 +30,7 @@ padding-computed-graph-pad  tq=3 ts=5 tk=7 h=4 dn=64 p=64 pad_slots=2 pad_at=spr
 positions-clamped           tq=4 ts=4 tk=4 h=2 dn=32 p=16 pos_oob=clamp pos=i32 slot=i32 nb=1 bs=8 seed=23
 inplace-f32-near-end        tq=3 ts=3 tk=3 h=2 dn=32 p=64 in=f32 table_dtype=f32 qo=f32 cache=f32 inplace_q=1 inplace_k=1 positions=near_end nb=1 bs=4 seed=24
 strided-views               tq=3 ts=3 tk=4 h=4 dn=64 p=64 q_layout=head_major kv_layout=fused row_pad=8 table_pad=2 nb=2 bs=2 seed=25
+shuffled-aiter-bf16         tq=4 ts=6 tk=6 h=16 p=256 bs=16 nb=2 table=two layout=shuffled pad_slots=1 pad_at=middle rope_table=deepseek-v3 seed=41
+shuffled-aiter-fp8          tq=3 ts=5 tk=5 h=8 p=256 bs=32 nb=2 table_dtype=f32 cache=fp8_e4m3fn table=two layout=shuffled scale_conv=reciprocal k_scale=0.75 block_pad=16 pad_slots=1 pad_at=head rope_table=kimi-k2 seed=42
+scale-tensors-fp8           tq=3 ts=4 tk=4 h=8 dn=128 p=128 bs=16 nb=1 cache=fp8_e4m3fn qo=fp8_e5m2 k_scale=0.37 q_scale=3 scales=tensor amp=60 seed=43
 CASES

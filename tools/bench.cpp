@@ -80,6 +80,9 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   const std::vector<std::string> layouts = split(o.layouts, ',');
   if (layouts.empty()) throw arg_error("--layout", "a comma list of cache layouts", o.layouts);
   for (const std::string& l : layouts) (void)parse_enum<cache_layout>(l, "--layout");
+  const std::vector<std::string> scales = split(o.scales, ',');
+  if (scales.empty()) throw arg_error("--scales", "a comma list of host, tensor", o.scales);
+  for (const std::string& sc : scales) (void)parse_enum<scale_storage>(sc, "--scales");
   for (const std::string& n : names) {
     const auto colon = n.find(':');
     if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
@@ -91,14 +94,18 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
     }
     if (tokens < 1) throw arg_error("--case", "TOKENS >= 1", n);
     for (const std::string& l : layouts) {
-      for (const std::string& c : caches) {
-        problem p = preset_problem(n.substr(0, colon), tokens);
-        p.cache_dtype = parse_dtype(c, "--cache");
-        if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
-        p.opt.layout = parse_enum<cache_layout>(l, "--layout");
-        check_problem(p);
-        const std::string layout_tag = layouts.size() == 1 && l == "joint" ? "" : " layout=" + l;
-        out.push_back({fmt::format("{}:{} cache={}{}", n.substr(0, colon), tokens, c, layout_tag), p});
+      for (const std::string& sc : scales) {
+        for (const std::string& c : caches) {
+          problem p = preset_problem(n.substr(0, colon), tokens);
+          p.cache_dtype = parse_dtype(c, "--cache");
+          if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
+          p.opt.layout = parse_enum<cache_layout>(l, "--layout");
+          p.scales = parse_enum<scale_storage>(sc, "--scales");
+          check_problem(p);
+          const std::string layout_tag = layouts.size() == 1 && l == "joint" ? "" : " layout=" + l;
+          const std::string scales_tag = scales.size() == 1 && sc == "host" ? "" : " scales=" + sc;
+          out.push_back({fmt::format("{}:{} cache={}{}{}", n.substr(0, colon), tokens, c, layout_tag, scales_tag), p});
+        }
       }
     }
   }
@@ -327,6 +334,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)");
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
+  b->add_option("--scales", o.scales, "How the preset cases pass k_scale / q_scale, comma list: host (floats), tensor ([1] f32 tensors the kernel reads at run time)")->capture_default_str();
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
   b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
@@ -376,7 +384,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   j["backend"] = bname;
   j["options"] = {{"cold", o.cold},          {"calls_per_graph", o.calls_per_graph},
                   {"threads", o.threads},    {"modes", o.modes},
-                  {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts},
+                  {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts}, {"scales", o.scales},
                   {"budget_s", o.budget_s},  {"copy_mb", o.copy_mb}};
   std::unique_ptr<backend> be = find_backend(bname)();
   j["device_description"] = be->device_description();

@@ -175,8 +175,8 @@ void reference_run(const op_args& args) {
   const paged_cache_map map = paged_cache_map::from_args(args);
   const tensor_view& nope_cache = cache_part_view(args, map.nope_tensor());
   const tensor_view& rope_cache = cache_part_view(args, map.rope_tensor());
-  const output_rule q_rule(args.q_out.type, opt.scale, args.q_scale);
-  const output_rule k_rule(nope_cache.type, opt.scale, args.k_scale);
+  const output_rule q_rule(args.q_out.type, opt.scale, q_scale_of(args));
+  const output_rule k_rule(nope_cache.type, opt.scale, k_scale_of(args));
   const bool table_one = args.table() == table_kind::one;
   const int64_t half = sz.dr / 2;
   const int64_t ts = sz.ts;

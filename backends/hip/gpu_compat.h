@@ -159,7 +159,9 @@ __device__ __forceinline__ void rk_store_words(void* p, int bytes, const uint32_
 __device__ __forceinline__ void rk_store_words_keep_l2(void* p, int bytes, const uint32_t* w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint64_t keep;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+  // Not volatile: the policy is a pure value, so the compiler may create it once per thread
+  // and reuse it for every store instead of once per store.
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
   if (bytes == 16) {
     asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(w[0]), "r"(w[1]),
                  "r"(w[2]), "r"(w[3]), "l"(keep)

@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/op.h"
@@ -26,6 +27,12 @@ std::string hip_unavailable_reason();
 // Ts == 0 launches nothing. Throws unsupported_error for a case the kernel does not cover and
 // ropekv::error when the launch fails.
 void hip_launch(const op_args& device_args, void* stream);
+
+// `host_args` with every present view moved from its host region into a device mirror: region i
+// lies at dev + offsets[i] (the views keep their offsets inside their region); on_device set.
+// arg_error naming the view when one lies outside every region.
+op_args rebase_to_device(const op_args& host_args, const std::vector<memory_region>& regions,
+                         const std::vector<size_t>& offsets, char* dev);
 
 // Name of the kernel variant hip_launch would run for these args.
 std::string hip_variant(const op_args& args);

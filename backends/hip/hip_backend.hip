@@ -92,30 +92,7 @@ class hip_backend final : public backend {
     for (size_t i = 0; i < regions.size(); ++i)
       check(hipMemcpy(dev + offsets[i], regions[i].base, regions[i].size_bytes, hipMemcpyHostToDevice),
             "hipMemcpy to device");
-    op_args d = args;
-    auto rebase = [&](tensor_view& v, const char* name) {
-      if (!v.present()) return;
-      if (v.numel() == 0) {  // never dereferenced; its pointer may lie past an empty buffer
-        v.data = dev;
-        v.on_device = true;
-        return;
-      }
-      const char* p = static_cast<const char*>(v.data);
-      for (size_t i = 0; i < regions.size(); ++i) {
-        const char* b = static_cast<const char*>(regions[i].base);
-        if (p >= b && p < b + regions[i].size_bytes) {
-          v.data = dev + offsets[i] + (p - b);
-          v.on_device = true;
-          return;
-        }
-      }
-      throw arg_error(name, "a view inside one of the memory regions", "a pointer outside them");
-    };
-    rebase(d.q_nope, "q_nope"); rebase(d.q_pe, "q_pe"); rebase(d.kv_c, "kv_c");
-    rebase(d.k_pe, "k_pe"); rebase(d.positions, "positions"); rebase(d.slot_mapping, "slot_mapping");
-    rebase(d.cos_sin, "cos_sin"); rebase(d.cos, "cos"); rebase(d.sin, "sin");
-    rebase(d.q_out, "q_out"); rebase(d.cache, "cache"); rebase(d.ckv_cache, "ckv_cache");
-    rebase(d.kpe_cache, "kpe_cache");
+    const op_args d = rebase_to_device(args, regions, offsets, dev);
     variant_ = hip_variant(d);
     hip_launch(d, nullptr);
     check(hipDeviceSynchronize(), "kernel execution");
@@ -143,6 +120,31 @@ class hip_backend final : public backend {
 };
 
 }  // namespace
+
+op_args rebase_to_device(const op_args& host_args, const std::vector<memory_region>& regions,
+                         const std::vector<size_t>& offsets, char* dev) {
+  op_args d = host_args;
+  auto rebase = [&](tensor_view& v, const char* name) {
+    if (!v.present()) return;
+    if (v.numel() == 0) {  // never dereferenced; its pointer may lie past an empty buffer
+      v.data = dev;
+      v.on_device = true;
+      return;
+    }
+    const char* p = static_cast<const char*>(v.data);
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const char* b = static_cast<const char*>(regions[i].base);
+      if (p >= b && p < b + regions[i].size_bytes) {
+        v.data = dev + offsets[i] + (p - b);
+        v.on_device = true;
+        return;
+      }
+    }
+    throw arg_error(name, "a view inside one of the memory regions", "a pointer outside them");
+  };
+  for (const auto& [name, view] : named_tensors(d)) rebase(*const_cast<tensor_view*>(view), name);
+  return d;
+}
 
 std::string hip_unavailable_reason() {
   int count = 0;

@@ -96,30 +96,6 @@ double median_of(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Rebases every present view of `a` from the host regions into one device set.
-op_args rebase_args(const op_args& a, const std::vector<memory_region>& regions,
-                    const std::vector<size_t>& offsets, char* dev) {
-  op_args d = a;
-  auto rebase = [&](tensor_view& v, const char* name) {
-    if (!v.present()) return;
-    const char* p = static_cast<const char*>(v.data);
-    for (size_t i = 0; i < regions.size(); ++i) {
-      const char* b = static_cast<const char*>(regions[i].base);
-      if (p >= b && p < b + regions[i].size_bytes) {
-        v.data = dev + offsets[i] + (p - b);
-        v.on_device = true;
-        return;
-      }
-    }
-    throw arg_error(name, "a view inside one of the memory regions", "a pointer outside them");
-  };
-  rebase(d.q_nope, "q_nope"); rebase(d.q_pe, "q_pe"); rebase(d.kv_c, "kv_c");
-  rebase(d.k_pe, "k_pe"); rebase(d.positions, "positions"); rebase(d.slot_mapping, "slot_mapping");
-  rebase(d.cos_sin, "cos_sin"); rebase(d.cos, "cos"); rebase(d.sin, "sin");
-  rebase(d.q_out, "q_out"); rebase(d.cache, "cache"); rebase(d.ckv_cache, "ckv_cache");
-  rebase(d.kpe_cache, "kpe_cache");
-  return d;
-}
 
 }  // namespace
 
@@ -172,7 +148,7 @@ gpu_timing hip_bench_op(const op_args& host_args, const std::vector<memory_regio
     for (size_t i = 0; i < regions.size(); ++i)
       bcheck(hipMemcpy(dev + offsets[i], regions[i].base, regions[i].size_bytes, hipMemcpyHostToDevice),
              "hipMemcpy to device");
-    set_args.push_back(rebase_args(host_args, regions, offsets, dev));
+    set_args.push_back(rebase_to_device(host_args, regions, offsets, dev));
   }
   gpu_timing t;
   t.variant = hip_variant(set_args[0]);

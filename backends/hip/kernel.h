@@ -321,6 +321,11 @@ struct rk_params {
   // 2^k, -126 <= k <= 126, where inv_scale = 2^-k is exact and v / 2^k == v * 2^-k for every v
   // (both are the exact v * 2^-k rounded once). 0: v / scale (an IEEE division). Host-set.
   int32_t k_mul, q_mul;
+  // Scales as tensors (core/SPEC.md "Scale tensors"): when set, the [1] f32 scale of that side
+  // is read here at run time (a captured graph sees a new value on its next replay), and the
+  // side's three fields above are unused. nullptr: the host floats above.
+  const float* k_scale_ptr;
+  const float* q_scale_ptr;
   // launch shape
   int64_t heads_per_block;
   // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
@@ -358,6 +363,37 @@ ROPEKV_HOST_DEVICE int rk_vec_elems(int32_t in_t, int32_t out_t) {
 ROPEKV_DEVICE int64_t rk_load_index(const char* base, int64_t i, int64_t stride, int32_t is_i64) {
   return is_i64 ? reinterpret_cast<const int64_t*>(base)[i * stride]
                 : static_cast<int64_t>(reinterpret_cast<const int32_t*>(base)[i * stride]);
+}
+
+// Whether v / scale == v * fp32(1 / scale) for every fp32 v (rk_params::k_mul): scale is 2^k
+// with -126 <= k <= 126, so 1 / scale = 2^-k is exact and normal, and both sides are the exact
+// v * 2^-k rounded once. (k_scale = 1, the common uncalibrated case, is one.) Host and device:
+// the host sets k_mul / q_mul with it, the kernel decides so for a scale tensor's value.
+ROPEKV_HOST_DEVICE bool rk_exact_inverse(float scale) {
+  const uint32_t bits = rk_f32_bits(scale);
+  const uint32_t exp_field = (bits >> 23) & 0xffu;
+  return (bits >> 31) == 0 && (bits & 0x7fffffu) == 0 && exp_field >= 1 && exp_field <= 253;
+}
+
+// One side's fp8 scale as the conversions take it (rk_to_output's mul, scale, inv_scale).
+struct rk_side_scale {
+  float scale, inv_scale;
+  int32_t mul;
+};
+
+// The host's fields, or (ptr set) the tensor's value read now, with inv_scale and mul derived
+// from it as the host derives them from a float (launch_plan.h).
+ROPEKV_DEVICE rk_side_scale rk_scale_of(const float* ptr, float scale, float inv_scale, int32_t mul,
+                                        int32_t reciprocal) {
+  if (ptr == nullptr) return {scale, inv_scale, mul};
+  const float s = *ptr;
+  return {s, ROPEKV_FDIV_RN(1.0f, s), (reciprocal || rk_exact_inverse(s)) ? 1 : 0};
+}
+ROPEKV_DEVICE rk_side_scale rk_k_scale(const rk_params& p) {
+  return rk_scale_of(p.k_scale_ptr, p.k_scale, p.k_inv_scale, p.k_mul, p.reciprocal);
+}
+ROPEKV_DEVICE rk_side_scale rk_q_scale(const rk_params& p) {
+  return rk_scale_of(p.q_scale_ptr, p.q_scale, p.q_inv_scale, p.q_mul, p.reciprocal);
 }
 
 // fp32 value -> output bits, with the fp8 scale applied (data movement and rope alike).
@@ -465,6 +501,7 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
   const int64_t units_per_head = nope_chunks + half;
   const int64_t units = (h_end - h0) * units_per_head;
   const int q_sz = rk_size_bytes(p.q_dtype), o_sz = rk_size_bytes(p.q_out_dtype);
+  const rk_side_scale qs = rk_q_scale(p);
   for (int64_t u = tid; u < units; u += nthreads) {
     const int64_t h = h0 + u / units_per_head;
     const int64_t r = u - (h - h0) * units_per_head;
@@ -474,11 +511,11 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
       const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
       const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
       rk_copy_chunk(in_row, p.q_dtype, out_row + r * vec * o_sz, p.q_out_dtype, p.dn, r, vec, ok,
-                    p.q_mul, p.q_scale, p.q_inv_scale);
+                    qs.mul, qs.scale, qs.inv_scale);
     } else {
       char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
       rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, out_row + p.dn * o_sz,
-                   false, p.q_out_dtype, p.q_scale, p.q_inv_scale, p.q_mul, r - nope_chunks, cos_row, sin_row);
+                   false, p.q_out_dtype, qs.scale, qs.inv_scale, qs.mul, r - nope_chunks, cos_row, sin_row);
     }
   }
 }
@@ -499,13 +536,14 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
   char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
   const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
+  const rk_side_scale ks = rk_k_scale(p);
   for (int64_t u = tid; u < units; u += nthreads) {
     if (u < nope_chunks) {
       rk_copy_chunk(kv_row, p.k_dtype, p.cache.feature(nope_dst, u * vec), p.cache.dtype, p.dn, u,
-                    vec, ok, p.k_mul, p.k_scale, p.k_inv_scale);
+                    vec, ok, ks.mul, ks.scale, ks.inv_scale);
     } else {
       rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst, true,
-                   p.cache.dtype, p.k_scale, p.k_inv_scale, p.k_mul, u - nope_chunks, cos_row, sin_row);
+                   p.cache.dtype, ks.scale, ks.inv_scale, ks.mul, u - nope_chunks, cos_row, sin_row);
     }
   }
 }
@@ -743,9 +781,10 @@ ROPEKV_DEVICE uint32_t rk_encode_fp8x2(int32_t ct, float lo, float hi) {
 // 8 fp32 values of the k side -> 8 codes of fp8 format ct in o[0..1], k_scale applied as
 // rk_to_output applies it.
 ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
+  const rk_side_scale ks = rk_k_scale(p);
   float s[8];
   ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) s[m] = p.k_mul ? ROPEKV_FMUL_RN(v[m], p.k_inv_scale) : ROPEKV_FDIV_RN(v[m], p.k_scale);
+  for (int m = 0; m < 8; ++m) s[m] = ks.mul ? ROPEKV_FMUL_RN(v[m], ks.inv_scale) : ROPEKV_FDIV_RN(v[m], ks.scale);
   o[0] = rk_encode_fp8x2(ct, s[0], s[1]) | (rk_encode_fp8x2(ct, s[2], s[3]) << 16);
   o[1] = rk_encode_fp8x2(ct, s[4], s[5]) | (rk_encode_fp8x2(ct, s[6], s[7]) << 16);
 }

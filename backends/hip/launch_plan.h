@@ -153,16 +153,6 @@ inline std::string rk_v4_refusal(const rk_params& p) {
   return {};
 }
 
-// Whether v / scale == v * fp32(1 / scale) for every fp32 v (kernel.h rk_params::k_mul): scale
-// is 2^k with -126 <= k <= 126, so 1 / scale = 2^-k is exact and normal, and both sides are the
-// exact v * 2^-k rounded once. (k_scale = 1, the common uncalibrated case, is one.)
-inline bool rk_exact_inverse(float scale) {
-  uint32_t bits;
-  std::memcpy(&bits, &scale, 4);
-  const uint32_t exp_field = (bits >> 23) & 0xffu;
-  return (bits >> 31) == 0 && (bits & 0x7fffffu) == 0 && exp_field >= 1 && exp_field <= 253;
-}
-
 // Host half of rk_div_u32: the multiplier and shift for a divisor d >= 1.
 inline void rk_div_magic(uint32_t d, uint32_t* magic, uint32_t* shift) {
   if (d == 0) throw ropekv::error("rk_div_magic: divisor 0");
@@ -349,6 +339,10 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   p.q_inv_scale = 1.0f / a.q_scale;
   p.k_mul = p.reciprocal || rk_exact_inverse(a.k_scale);
   p.q_mul = p.reciprocal || rk_exact_inverse(a.q_scale);
+  // Scales as tensors: the kernel reads them at run time (rk_k_scale, rk_q_scale); the float
+  // fields above are then unused.
+  p.k_scale_ptr = a.k_scale_tensor.present() ? static_cast<const float*>(a.k_scale_tensor.data) : nullptr;
+  p.q_scale_ptr = a.q_scale_tensor.present() ? static_cast<const float*>(a.q_scale_tensor.data) : nullptr;
   const rk_variant_override& ov = rk_variant_overrides();
   // Zero-copy concat (core/SPEC.md): q_nope is exactly the first Dn columns of q_out.
   p.skip_q_nope = !ov.no_zero_copy && s.tq > 0 && a.q_nope.data == a.q_out.data &&

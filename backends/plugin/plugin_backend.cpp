@@ -162,6 +162,10 @@ class plugin_backend final : public backend {
   std::string name() const override { return "plugin:" + path_; }
 
   std::string unsupported_reason(const op_args& args) const override {
+    if (args.k_scale_tensor.present() || args.q_scale_tensor.present()) {
+      // The plugin ABI passes the scales as floats only.
+      return "not supported: scales as tensors (the plugin ABI takes k_scale and q_scale as floats)";
+    }
     if (device_ == ROPEKV_DEVICE_GPU) {
       // A GPU plugin needs device mirrors of the case (backends/hip does them for its own kernel);
       // this backend hands over host memory only.

@@ -12,8 +12,9 @@ kernel when the package was built with it (`pip install . -C cmake.define.ROPEKV
 on the caller's current stream, with no synchronisation and no allocation, so it can be
 captured in a CUDA graph. A fake implementation serves torch.compile. Arguments are checked
 before anything is written (an error names the tensor, expected vs got). Scales: Python floats,
-or 1-element tensors (read on the host when the call is made, which synchronises with the
-device: a captured graph keeps the value of capture time).
+or 1-element float32 tensors on the tensors' device (`k_scale_tensor=`, `q_scale_tensor=`; `call`
+routes a tensor given as `k_scale` there): the kernel reads a tensor's value when it runs, so a
+captured CUDA graph uses the value the tensor holds at each replay.
 The kernel hands raw data pointers to the C++ library, so no libtorch build is involved and
 every torch version with torch.library.custom_op (2.4+) serves.
 """
@@ -29,17 +30,19 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.int32: "i32", torch.int64: "i64"}
 _NAMES = ("q_nope", "q_pe", "kv_c", "k_pe", "positions", "slot_mapping", "cos_sin", "cos", "sin",
           "q_out", "cache", "ckv_cache", "kpe_cache")
+_SCALE_NAMES = ("k_scale", "q_scale")
 _CHOICES = {"style": ("gptj", "neox"), "order": ("nope_first", "rope_first"),
             "scale_conv": ("divide", "reciprocal"), "pad_q": ("computed", "skipped"),
             "pos_oob": ("error", "clamp")}
 
 
-def _scale_value(name: str, v: Union[float, torch.Tensor]) -> float:
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise ValueError(f"{name}: expected a float or a 1-element tensor, got shape {list(v.shape)}")
-        return float(v.reshape(()).item())
-    return float(v)
+def _scale_tensor(name: str, v: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A 1-element scale tensor as the [1] view the C++ op takes (its dtype is checked there)."""
+    if v is None:
+        return None
+    if v.numel() != 1:
+        raise ValueError(f"{name}: expected a 1-element float32 tensor, got shape {list(v.shape)}")
+    return v.reshape(1)
 
 
 def _run(tensors: dict, k_scale: float, q_scale: float, style: str, order: str, scale_conv: str,
@@ -88,9 +91,17 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           order: str = "nope_first", scale_conv: str = "divide",
                           pad_q: str = "computed", pos_oob: str = "error",
                           inplace_q: bool = False, inplace_k: bool = False,
-                          shuffled_cache: bool = False) -> None:
+                          shuffled_cache: bool = False,
+                          k_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: k_scale read at run time
+                          q_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: q_scale read at run time
+                          ) -> None:
     tensors = dict(zip(_NAMES, (q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin,
                                 q_out, cache, ckv_cache, kpe_cache)))
+    for name, value, tensor in (("k_scale", k_scale, k_scale_tensor), ("q_scale", q_scale, q_scale_tensor)):
+        if tensor is not None and value != 1.0:
+            raise ValueError(f"{name}: expected a float or a tensor ({name}_tensor), got both "
+                             f"({value} and a tensor)")
+        tensors[name] = _scale_tensor(name, tensor)
     _run(tensors, k_scale, q_scale, style, order, scale_conv, pad_q, pos_oob, inplace_q, inplace_k,
          shuffled_cache)
 
@@ -99,23 +110,34 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
 def _(q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache,
       ckv_cache, kpe_cache, k_scale=1.0, q_scale=1.0, style="gptj", order="nope_first",
       scale_conv="divide", pad_q="computed", pos_oob="error", inplace_q=False, inplace_k=False,
-      shuffled_cache=False):
+      shuffled_cache=False, k_scale_tensor=None, q_scale_tensor=None):
     return None
 
 
 def call(tensors: dict, k_scale: Union[float, torch.Tensor] = 1.0,
          q_scale: Union[float, torch.Tensor] = 1.0, **options) -> None:
-    """The op on a dict of tensors by their golden names (ropekv.Case.to_torch's keys)."""
-    torch.ops.ropekv.mla_rope_cache_concat(
-        *(tensors.get(n) for n in _NAMES), k_scale=_scale_value("k_scale", k_scale),
-        q_scale=_scale_value("q_scale", q_scale), **options)
+    """The op on a dict of tensors by their golden names (ropekv.Case.to_torch's keys). A scale
+    given as a tensor (or, without one, a dict entry "k_scale" / "q_scale") is read by the kernel
+    at run time."""
+    scales = {}
+    for name, v in (("k_scale", k_scale), ("q_scale", q_scale)):
+        if isinstance(v, torch.Tensor):
+            scales[name + "_tensor"] = v
+        elif tensors.get(name) is not None and v == 1.0:
+            scales[name + "_tensor"] = tensors[name]
+        else:
+            scales[name] = float(v)
+    torch.ops.ropekv.mla_rope_cache_concat(*(tensors.get(n) for n in _NAMES), **scales, **options)
 
 
 def kernel(tensors: dict, problem) -> None:
     """`ropekv.fuzz`-shaped wrapper: runs the op with the problem's options (fuzz the op itself
-    with ropekv.fuzz(ropekv.torch.kernel, framework="torch", device="cuda"))."""
+    with ropekv.fuzz(ropekv.torch.kernel, framework="torch", device="cuda")). A case with
+    scales=tensor holds the scales as tensors "k_scale" / "q_scale": the op gets those."""
+    k_scale = tensors["k_scale"] if tensors.get("k_scale") is not None else problem.k_scale
+    q_scale = tensors["q_scale"] if tensors.get("q_scale") is not None else problem.q_scale
     try:
-        call(tensors, k_scale=problem.k_scale, q_scale=problem.q_scale, style=problem.style,
+        call(tensors, k_scale=k_scale, q_scale=q_scale, style=problem.style,
              order=problem.order, scale_conv=problem.scale_conv, pad_q=problem.pad_q,
              pos_oob=problem.pos_oob, inplace_q=bool(problem.inplace_q),
              inplace_k=bool(problem.inplace_k), shuffled_cache=problem.layout == "shuffled")

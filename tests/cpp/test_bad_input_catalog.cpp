@@ -67,6 +67,13 @@ void fp8_outputs(problem& p) {
   p.q_scale = 2.0f;
 }
 
+// Scales as [1] f32 tensors (scales=tensor), fp8 outputs so that they matter.
+void scale_tensors(problem& p) {
+  fp8_outputs(p);
+  p.scales = scale_storage::tensor;
+}
+void set_f32(const tensor_view& v, float x) { std::memcpy(v.data, &x, sizeof x); }
+
 uint8_t* buf(case_data& c, const char* name) { return c.buffers.at(name).data(); }
 
 void set_index(const tensor_view& v, int64_t i, int64_t value) {
@@ -265,6 +272,23 @@ std::vector<bad_case> catalog() {
       {"q_scale 0, fp8 q_out", fp8_outputs, [](C&, A& a) { a.q_scale = 0.0f; }, "q_scale", "got 0"},
       {"q_scale negative, fp8 q_out", fp8_outputs, [](C&, A& a) { a.q_scale = -2.0f; }, "q_scale", "got -2"},
       {"q_scale inf, fp8 q_out", fp8_outputs, [](C&, A& a) { a.q_scale = inf_f; }, "q_scale", "got inf"},
+      {"k_scale tensor holds NaN", scale_tensors, [](C&, A& a) { set_f32(a.k_scale_tensor, nan_f); },
+       "k_scale[0]", "expected finite and > 0, got nan"},
+      {"q_scale tensor holds 0", scale_tensors, [](C&, A& a) { set_f32(a.q_scale_tensor, 0.0f); },
+       "q_scale[0]", "expected finite and > 0, got 0"},
+      {"k_scale tensor negative", scale_tensors, [](C&, A& a) { set_f32(a.k_scale_tensor, -0.5f); },
+       "k_scale[0]", "got -0.5"},
+      {"k_scale tensor f16", scale_tensors, [](C&, A& a) { a.k_scale_tensor.type = dtype::f16; },
+       "k_scale.dtype", "expected f32, got f16"},
+      {"q_scale tensor of 2 elements", scale_tensors, [](C&, A& a) { a.q_scale_tensor.shape[0] = 2; },
+       "q_scale.shape[0]", "expected [1], got [2]"},
+      {"k_scale tensor of rank 0", scale_tensors, [](C&, A& a) { a.k_scale_tensor.rank = 0; },
+       "k_scale", "expected rank 1, got rank 0"},
+      {"k_scale tensor in device memory, the rest on the host", scale_tensors,
+       [](C&, A& a) { a.k_scale_tensor.on_device = true; },
+       "k_scale", "expected host memory (like q_nope), got device memory"},
+      {"q_scale tensor inside q_out", scale_tensors, [](C&, A& a) { a.q_scale_tensor.data = a.q_out.data; },
+       "q_out", "expected memory disjoint from input q_scale"},
       // --- misaligned data pointers (rejected: see docs/bad-inputs.md)
       {"q_nope misaligned (bf16 + 1 byte)", nullptr,
        [](C&, A& a) { a.q_nope.data = static_cast<uint8_t*>(a.q_nope.data) + 1; },
@@ -442,7 +466,8 @@ class writes_first_backend final : public backend {
 }  // namespace
 
 TEST_CASE("bad-input catalog: the unbroken base cases run on every backend") {
-  const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled};
+  const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled,
+                                                                scale_tensors};
   for (const std::string& be_name : backends_under_test()) {
     for (size_t v = 0; v < variants.size(); ++v) {
       INFO("backend " << be_name << ", base variant " << v);

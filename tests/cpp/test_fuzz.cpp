@@ -73,8 +73,9 @@ class rope_truncation : public broken_backend {
           rope_operands o = q_rope_operands(args, t, h, j);
           double v = o.x * o.c + o.partner * o.s;
           if (dtype_is_fp8(out_t)) {
-            v = args.options.scale == scale_conv::divide ? v / args.q_scale
-                                                         : v * static_cast<double>(1.0f / args.q_scale);
+            const float qs = q_scale_of(args);  // the tensor's value with scales=tensor
+            v = args.options.scale == scale_conv::divide ? v / qs
+                                                         : v * static_cast<double>(1.0f / qs);
           }
           uint32_t b = encode_from_f64(out_t, v, dtype_is_fp8(out_t) ? overflow_mode::saturate : overflow_mode::ieee);
           double back = decode_to_f64(out_t, b);

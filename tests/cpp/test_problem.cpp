@@ -46,7 +46,7 @@ TEST_CASE("repro: canonical key order and default values") {
   CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
                 "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
                 "order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
-                "inplace_k=0 k_scale=1 q_scale=1 q_layout=token_major kv_layout=separate "
+                "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major kv_layout=separate "
                 "row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
                 "positions=random rope_table=random amp=4 seed=1",
                 0) == 0);
@@ -118,6 +118,8 @@ TEST_CASE("repro: errors name the key") {
   CHECK(parse_error_arg("q_layout=x") == "q_layout");
   CHECK(parse_error_arg("inplace_q=2") == "inplace_q");
   CHECK(parse_error_arg("inplace_k=yes") == "inplace_k");
+  CHECK(parse_error_arg("scales=device", &msg) == "scales");
+  CHECK(msg.find("host|tensor") != std::string::npos);
   CHECK(parse_error_arg("tq=1 tq=2", &msg) == "tq");
   // constraints
   CHECK(parse_error_arg("tq=5 ts=4 tk=5") == "tq");
@@ -188,6 +190,7 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
     see("inplace_k", p.opt.inplace_k ? "1" : "0");
     see("q_layout", std::string(to_string(p.q_layout)));
     see("kv_layout", std::string(to_string(p.kv_layout)));
+    see("scales", std::string(to_string(p.scales)));
     see("row_pad", p.row_pad_elems ? "pad" : "0");
     see("entry_pad", p.entry_pad_elems ? "pad" : "0");
     see("block_pad", p.block_pad_elems ? "pad" : "0");
@@ -219,7 +222,7 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
   CHECK(seen["cache"].size() == 7);
   CHECK(seen["layout"].size() == 3);  // joint, split, shuffled
   for (const char* k : {"table", "style", "order", "scale_conv", "pad_q", "pos_oob",
-                        "inplace_q", "inplace_k", "q_layout", "kv_layout", "row_pad", "entry_pad",
+                        "inplace_q", "inplace_k", "scales", "q_layout", "kv_layout", "row_pad", "entry_pad",
                         "block_pad", "table_pad"}) {
     INFO(k);
     CHECK(seen[k].size() == 2);

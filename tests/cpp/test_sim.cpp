@@ -153,6 +153,12 @@ TEST_CASE("sim vs reference: hand-picked problems covering every option") {
       std::string(base) + "cache=fp8_e5m2fnuz k_scale=2 qo=fp8_e4m3fn q_scale=0.5 scale_conv=reciprocal",
       // saturation: large amplitude into fp8 with a small scale
       std::string(base) + "cache=fp8_e4m3fnuz qo=fp8_e4m3fn k_scale=0.01 q_scale=0.02 amp=300",
+      // scales as [1] f32 tensors read at run time: general path (fp8 q_out), both conventions,
+      // a power-of-two scale (multiplied) and others (divided); fast path (fp8 cache, bf16 q)
+      std::string(base) + "cache=fp8_e4m3fn k_scale=0.37 qo=fp8_e5m2 q_scale=4 scales=tensor",
+      std::string(base) + "cache=fp8_e5m2fnuz k_scale=0.37 qo=fp8_e4m3fnuz q_scale=0.3 scale_conv=reciprocal scales=tensor",
+      "tq=8 ts=8 tk=8 h=16 dn=512 dr=64 p=64 bs=16 nb=1 cache=fp8_e4m3fn k_scale=0.43 scales=tensor",
+      "tq=8 ts=8 tk=8 h=16 dn=512 dr=64 p=64 bs=16 nb=1 cache=fp8_e4m3fn k_scale=0.5 layout=shuffled scales=tensor",
       // padding slots, q computed or skipped; positions clamped
       std::string(base) + "pad_slots=3 pad_at=spread pad_q=computed",
       std::string(base) + "pad_slots=2 pad_at=head pad_q=skipped",
@@ -184,6 +190,36 @@ TEST_CASE("sim vs reference: 300 random problems") {
     }
   }
   CHECK(failed == 0);
+}
+
+// scales=tensor: the scale is the tensor's value when the op runs (the float arguments are NaN
+// decoys). A case whose tensors were changed after make_case must give the bytes of the case built
+// with the new values as host floats, on the reference and on the sim (fast and general paths).
+TEST_CASE("scale tensors: ref and sim read the value at run time") {
+  for (const char* shape : {"tq=8 ts=8 tk=8 h=16 dn=512 dr=64 p=64 bs=16 nb=1 qo=bf16",
+                            "tq=3 ts=5 tk=7 h=5 dn=40 dr=8 p=50 bs=4 nb=4 qo=fp8_e4m3fn"}) {
+    const std::string common = std::string(shape) + " cache=fp8_e4m3fn scale_conv=divide seed=3 ";
+    const problem with_tensors = parse_problem(common + "k_scale=0.5 q_scale=0.5 scales=tensor");
+    const problem with_floats = parse_problem(common + "k_scale=0.37 q_scale=3");
+    for (const char* be_name : {"ref", "sim"}) {
+      INFO(be_name << ": " << shape);
+      auto be = std::string(be_name) == "ref" ? make_cpu_backend() : make_sim_backend();
+      case_data a = make_case(with_tensors);
+      const float k = 0.37f, q = 3.0f;  // not the repro's 0.5
+      std::memcpy(a.args.k_scale_tensor.data, &k, sizeof k);
+      std::memcpy(a.args.q_scale_tensor.data, &q, sizeof q);
+      CHECK(std::isnan(a.args.k_scale));
+      be->run_host(a.args, a.regions());
+      case_data b = make_case(with_floats);
+      be->run_host(b.args, b.regions());
+      for (const char* out : {"q_out", "cache"}) {
+        const host_buffer& x = a.buffers.at(out);
+        const host_buffer& y = b.buffers.at(out);
+        REQUIRE(x.size_bytes() == y.size_bytes());
+        CHECK_MESSAGE(std::memcmp(x.data(), y.data(), x.size_bytes()) == 0, out);
+      }
+    }
+  }
 }
 
 TEST_CASE("sim: validation runs before any write") {

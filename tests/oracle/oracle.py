@@ -103,6 +103,7 @@ _ENUMS = {
     "pos_oob": ("error", "clamp"),
     "q_layout": ("token_major", "head_major"),
     "kv_layout": ("separate", "fused"),
+    "scales": ("host", "tensor"),
     "pad_at": ("head", "middle", "tail", "spread"),
     "positions": ("random", "near_end", "same"),
 }
@@ -112,7 +113,7 @@ DEFAULTS = {
     "cache": "bf16", "table": "one", "style": "gptj", "layout": "joint", "order": "nope_first",
     "scale_conv": "divide", "pad_q": "computed", "pos_oob": "error", "inplace_q": False,
     "inplace_k": False, "k_scale": np.float32(1.0), "q_scale": np.float32(1.0),
-    "q_layout": "token_major", "kv_layout": "separate", "row_pad": 0, "entry_pad": 0,
+    "scales": "host", "q_layout": "token_major", "kv_layout": "separate", "row_pad": 0, "entry_pad": 0,
     "block_pad": 0, "table_pad": 0, "pad_slots": 0, "pad_at": "tail", "positions": "random",
     "rope_table": "random", "amp": 4.0, "seed": 1,
 }
@@ -486,6 +487,13 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         raise ValueError(f"tq/ts/tk: expected tq <= ts <= tk, got {tq}/{ts}/{tk}")
     style, conv = p["style"], p["scale_conv"]
     half = dr // 2
+    # scales=tensor: the scales are the [1] float32 tensors k_scale / q_scale (SPEC "Scale
+    # tensors"), not the repro's floats.
+    if p["scales"] == "tensor":
+        k_scale = np.float32(_need(tensors, "k_scale", (1,))[0])
+        q_scale = np.float32(_need(tensors, "q_scale", (1,))[0])
+    else:
+        k_scale, q_scale = p["k_scale"], p["q_scale"]
     in_dt, qo_dt, cache_dt = p["in"], p["qo"], p["cache"]
 
     q_nope = _need(tensors, "q_nope", (tq, h, dn))
@@ -524,8 +532,8 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         c = cos_tab[pos[q_rows]][:, None, :]  # [rows, 1, Dr/2]
         s = sin_tab[pos[q_rows]][:, None, :]
         qpe32 = q_pe[q_rows].astype(np.float32)  # [rows, H, Dr]
-        q_out[q_rows, :, :dn] = convert_nope(q_nope[q_rows], qo_dt, conv, p["q_scale"])
-        q_out[q_rows, :, dn:] = rope_round(qpe32, c, s, style, qo_dt, conv, p["q_scale"],
+        q_out[q_rows, :, :dn] = convert_nope(q_nope[q_rows], qo_dt, conv, q_scale)
+        q_out[q_rows, :, dn:] = rope_round(qpe32, c, s, style, qo_dt, conv, q_scale,
                                            evaluation)
     out["q_out.expected"] = q_out
     if p["inplace_q"]:
@@ -546,8 +554,8 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         ck = cos_tab[pos[k_rows]]
         sk = sin_tab[pos[k_rows]]
         kpe32 = k_pe[k_rows].astype(np.float32)
-        nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, p["k_scale"])
-        rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, p["k_scale"], evaluation)
+        nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, k_scale)
+        rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, k_scale, evaluation)
     if p["layout"] == "shuffled":
         w = shuffled_run(cache_dt)
         if bs % 16 or dn % w or dr % w or p["order"] != "nope_first":

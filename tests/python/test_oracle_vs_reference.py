@@ -21,6 +21,7 @@ MAX_TOKENS = int(os.environ.get("ROPEKV_ORACLE_MAX_TOKENS", "32"))
 
 
 SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
+SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -68,6 +69,23 @@ def test_reference_matches_oracle_on_the_shuffled_layout(ropekv_bin, tmp_path_fa
     assert not failed, f"{len(failed)} of {len(files)} shuffled cases differ from the oracle:\n{msg}"
 
 
+def test_reference_matches_oracle_with_scale_tensors(ropekv_bin, tmp_path_factory):
+    """scales=tensor pinned: the oracle takes the scales from the files' [1] f32 tensors k_scale /
+    q_scale (not from the repro's floats), byte for byte."""
+    files = _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-scales"), SCALES_CASES,
+                          SEED + 2, "--pin", "scales=tensor")
+    failed = []
+    for path in files:
+        meta, tensors = o.load_golden(path)
+        assert o.parse_repro(meta["repro"])["scales"] == "tensor", meta["repro"]
+        assert tensors["k_scale"].dtype == np.float32 and tensors["k_scale"].shape == (1,)
+        r = check_golden(path)
+        if not r.ok:
+            failed.append(r)
+    msg = "\n".join(r.report() for r in failed[:10])
+    assert not failed, f"{len(failed)} of {len(files)} scale-tensor cases differ from the oracle:\n{msg}"
+
+
 def test_oracle_shuffle_is_the_spec_formula():
     """shuffle_cache (reshapes) against core/SPEC.md's offset formula, written out here, and
     unshuffle_cache is its inverse."""
@@ -109,7 +127,7 @@ def test_random_cases_cover_every_option(golden_dir):
         p = o.parse_repro(meta["repro"])
         for key in ("in", "table_dtype", "pos", "slot", "qo", "cache", "table", "style", "layout",
                     "order", "scale_conv", "pad_q", "pos_oob", "inplace_q", "inplace_k",
-                    "q_layout", "kv_layout", "pad_at", "positions"):
+                    "scales", "q_layout", "kv_layout", "pad_at", "positions"):
             seen[(key, p[key])] += 1
         seen[("pad_slots>0", p["pad_slots"] > 0)] += 1
         seen[("tq=0", p["tq"] == 0)] += 1

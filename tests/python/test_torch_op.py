@@ -49,8 +49,48 @@ def test_op_fp8_cache_with_tensor_scales():
     t = case.to_torch("cpu")
     rkt.call(t, k_scale=torch.tensor([0.25]), q_scale=torch.tensor(2.0), scale_conv="reciprocal")
     ropekv.compare(case, outputs(case, t), bitwise=True).assert_ok()
-    with pytest.raises(ValueError, match=r"k_scale: expected a float or a 1-element tensor, got shape \[2\]"):
+    with pytest.raises(ValueError, match=r"k_scale: expected a 1-element float32 tensor, got shape \[2\]"):
         rkt.call(case.to_torch("cpu"), k_scale=torch.tensor([0.25, 0.5]))
+
+
+def test_op_reads_scale_tensors_when_it_runs():
+    # scales=tensor: the case holds k_scale / q_scale as [1] f32 tensors; the op reads them.
+    case = ropekv.make_case("tq=3 ts=3 tk=4 h=4 dn=32 dr=16 bs=4 nb=1 cache=fp8_e4m3fn qo=fp8_e5m2 "
+                            "k_scale=0.37 q_scale=3 scales=tensor")
+    t = case.to_torch("cpu")
+    assert t["k_scale"].dtype == torch.float32 and list(t["k_scale"].shape) == [1]
+    rkt.kernel(t, case.problem)
+    ropekv.compare(case, outputs(case, t), bitwise=True).assert_ok()
+    # the same tensors changed after the case was built: the op follows the tensors
+    other = ropekv.make_case("tq=3 ts=3 tk=4 h=4 dn=32 dr=16 bs=4 nb=1 cache=fp8_e4m3fn qo=fp8_e5m2 "
+                             "k_scale=0.5 q_scale=0.125")
+    t = case.to_torch("cpu")
+    t["k_scale"].fill_(0.5)
+    t["q_scale"].fill_(0.125)
+    rkt.call(t)  # scales from the dict's tensors
+    ropekv.compare(other, outputs(other, t), bitwise=True).assert_ok()
+    t = case.to_torch("cpu")
+    result = torch.library.opcheck(OP, tuple(t.get(n) for n in rkt._NAMES),
+                                   dict(k_scale_tensor=t["k_scale"], q_scale_tensor=t["q_scale"]))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_op_scale_tensor_errors_name_the_argument_and_write_nothing():
+    case = ropekv.make_case("tq=2 ts=2 tk=2 h=2 dn=16 dr=8 bs=4 nb=1 cache=fp8_e4m3fn scales=tensor")
+    t = case.to_torch("cpu")
+    with pytest.raises(ValueError, match="k_scale.dtype: expected f32, got f16"):
+        rkt.call(t, k_scale=t["k_scale"].to(torch.float16))
+    with pytest.raises(ValueError, match=r"k_scale\[0\]: expected finite and > 0, got 0"):
+        rkt.call(t, k_scale=torch.zeros(1))
+    with pytest.raises(ValueError, match="q_scale: expected a float or a tensor"):
+        OP(*(t.get(n) for n in rkt._NAMES), q_scale=2.0, q_scale_tensor=t["q_scale"])
+    untouched(case, t)
+
+
+def test_fuzz_the_cpu_op_with_scale_tensors():
+    s = ropekv.fuzz(rkt.kernel, cases=60, seed=5, framework="torch", max_tokens=8, pin={"scales": "tensor"})
+    s.assert_ok()
+    assert s.passed_cases == 60
 
 
 def untouched(case, t):
