@@ -8,39 +8,16 @@
 #   ROPEKV_BIN         the nvcc build of ropekv under test (default build-gpubin/ropekv)
 #   ROPEKV_BIN_BEFORE  the nvcc build of the commit before (bench comparison; skipped if unset)
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${ROPEKV_BIN:-$ROOT/build-gpubin/ropekv}
 BEFORE=${ROPEKV_BIN_BEFORE:-}
-OUT=${OUT:-./scales-out}
-W=$OUT/work; mkdir -p "$W"
-summary=$OUT/summary.txt; : > "$summary"
-say() { echo "$*" | tee -a "$summary"; }
-say "commit $("$BIN" info | head -1)"
+NAME_DEFAULT_OUT=scales-out
+source "$(dirname "$0")/h200_lib.sh"
 [ -n "$BEFORE" ] && say "before $("$BEFORE" info | head -1)"
-say "device $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-campaign() {  # campaign NAME BACKENDS CASES FUZZ-ARGS...: 4 shards, merged
-  local name=$1 backends=$2 cases=$3; shift 3
-  local t0=$SECONDS pids=()
-  for k in 0 1 2 3; do
-    OMP_NUM_THREADS=4 "$BIN" fuzz --backends "$backends" --cases "$cases" --max-tokens 64 "$@" \
-      --shard "$k/4" --json "$W/$name-$k.json" > "$W/$name-$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  "$BIN" report merge "$W/$name"-*.json --json "$OUT/$name.json" > "$W/$name-merge.log" 2>&1
-  say "$name ($*): $(tail -1 "$W/$name-merge.log") ($((SECONDS - t0)) s)"
-}
 campaign ref-hip-scales ref,hip 5000 --seed 20261206 --pin scales=tensor
 campaign ref-hip-scales-aligned16 ref,hip 5000 --seed 20261207 --pin scales=tensor --profile aligned16
 campaign sim-hip-scales-bitwise sim,hip 2000 --seed 20261208 --pin scales=tensor --bitwise
 campaign sim-hip-scales-aligned16-bitwise sim,hip 2000 --seed 20261209 --pin scales=tensor --profile aligned16 --bitwise
 campaign sim-hip-shuffled-aligned16-bitwise sim,hip 1000 --seed 20261210 --pin layout=shuffled --profile aligned16 --bitwise
-n=0; bad=0
-for f in "$ROOT"/data/golden/*.safetensors; do
-  n=$((n + 1)); log="$W/golden-$(basename "$f" .safetensors).log"
-  "$BIN" golden check "$f" --backend hip > "$log" 2>&1 || bad=$((bad + 1))
-done
-say "golden on hip: $((n - bad)) passed, $bad failed of $n"
+golden_on_hip
 cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:4096 --case deepseek-v3-tp8:8192)
 if [ -n "$BEFORE" ]; then
   say "bench, host scales, joint, copy mode: before and after alternated, three runs each"

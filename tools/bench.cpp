@@ -23,6 +23,7 @@
 #include "core/presets.h"
 #include "core/problem.h"
 #include "tools/backends_registry.h"
+#include "tools/cli.h"
 #if defined(ROPEKV_HAVE_HIP)
 #include "backends/hip/hip_backend.h"
 #include "backends/hip/hip_bench.h"
@@ -30,16 +31,6 @@
 
 namespace ropekv {
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) {
-    if (!cur.empty()) out.push_back(cur);
-  }
-  return out;
-}
 
 int64_t index_at(const tensor_view& v, int64_t i) {
   const char* p = static_cast<const char*>(v.data) + i * v.strides_elems[0] * static_cast<int64_t>(dtype_size_bytes(v.type));
@@ -75,24 +66,19 @@ std::vector<std::string> default_cases(bool gpu) {
 std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   std::vector<bench_case> out;
   const std::vector<std::string> names = o.cases.empty() ? default_cases(gpu) : o.cases;
-  const std::vector<std::string> caches = split(o.caches, ',');
+  const std::vector<std::string> caches = split_list(o.caches, ',', "--cache");
   if (caches.empty()) throw arg_error("--cache", "a comma list of cache dtypes", o.caches);
-  const std::vector<std::string> layouts = split(o.layouts, ',');
+  const std::vector<std::string> layouts = split_list(o.layouts, ',', "--layout");
   if (layouts.empty()) throw arg_error("--layout", "a comma list of cache layouts", o.layouts);
   for (const std::string& l : layouts) (void)parse_enum<cache_layout>(l, "--layout");
-  const std::vector<std::string> scales = split(o.scales, ',');
+  const std::vector<std::string> scales = split_list(o.scales, ',', "--scales");
   if (scales.empty()) throw arg_error("--scales", "a comma list of host, tensor", o.scales);
   for (const std::string& sc : scales) (void)parse_enum<scale_storage>(sc, "--scales");
   for (const std::string& n : names) {
     const auto colon = n.find(':');
     if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
-    int64_t tokens = 0;
-    try {
-      tokens = std::stoll(n.substr(colon + 1));
-    } catch (const std::exception&) {
-      throw arg_error("--case", "PRESET:TOKENS with integer TOKENS", n);
-    }
-    if (tokens < 1) throw arg_error("--case", "TOKENS >= 1", n);
+    // TOKENS: decimal digits (no "1e9", which would read as 1)
+    const int64_t tokens = parse_decimal(n.substr(colon + 1), 1, int64_t{1} << 24, "--case " + n + ": TOKENS");
     for (const std::string& l : layouts) {
       for (const std::string& sc : scales) {
         for (const std::string& c : caches) {
@@ -266,7 +252,7 @@ bench_bytes count_bytes(const op_args& a) {
 // Applies one variant request (bench.h) ("auto", "general", "hpb=4+upt=2", ...) to the kernel overrides.
 void set_kernel_variant(const std::string& request) {
   ropekv_gpu::rk_variant_override ov;
-  for (const std::string& part : split(request, '+')) {
+  for (const std::string& part : split_list(request, '+', "--variant")) {
     if (part == "auto") continue;
     if (part == "general") { ov.force_general = 1; continue; }
     if (part == "v2") { ov.no_v3 = 1; ov.no_v4 = 1; continue; }  // fast_v2 where eligible (else general)
@@ -279,12 +265,7 @@ void set_kernel_variant(const std::string& request) {
     const auto eq = part.find('=');
     if (eq != std::string::npos) {
       const std::string key = part.substr(0, eq);
-      int64_t value = 0;
-      try {
-        value = std::stoll(part.substr(eq + 1));
-      } catch (const std::exception&) {
-        throw arg_error("--variant", "KEY=<integer>", part);
-      }
+      const int64_t value = parse_decimal(part.substr(eq + 1), 0, 1 << 20, "--variant " + part);
       if (key == "kvr" && (value == 0 || value == 1)) { ov.v4_kv_rope_group = static_cast<int32_t>(value); continue; }
       if (key == "qp" && (value == 0 || value == 1)) { ov.v4_q_pairs = static_cast<int32_t>(value); continue; }
       if (key == "l2keep" && (value == 0 || value == 1)) { ov.cache_keep_l2 = static_cast<int32_t>(value); continue; }
@@ -329,20 +310,27 @@ void apply_zero_copy(case_data& c) {
 
 CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   CLI::App* b = app.add_subcommand("bench", "Timing: us per call, bytes moved, GB/s and % of a copy measured in the same run");
-  b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref");
+  b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref")
+      ->check(non_empty);
   b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend");
-  b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)");
+  b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)")->check(non_empty);
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
   b->add_option("--scales", o.scales, "How the preset cases pass k_scale / q_scale, comma list: host (floats), tensor ([1] f32 tensors the kernel reads at run time)")->capture_default_str();
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
   b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
-  b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")->capture_default_str();
-  b->add_option("--copy-mb", o.copy_mb, "Size of the reference copy in MiB")->capture_default_str();
-  b->add_option("--threads", o.threads, "CPU backends and memcpy: OpenMP threads")->capture_default_str();
+  b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")
+      ->transform(decimal_in(1, 1000))
+      ->capture_default_str();
+  b->add_option("--copy-mb", o.copy_mb, "Size of the reference copy in MiB (at most 65536)")
+      ->transform(decimal_in(1, 65536))
+      ->capture_default_str();
+  b->add_option("--threads", o.threads, "CPU backends and memcpy: OpenMP threads (at most 1024)")
+      ->transform(decimal_in(1, 1024))
+      ->capture_default_str();
   b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
-  b->add_option("--json", o.json, "Write every number as JSON here");
+  b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
   b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"
             "  ropekv bench --backend sim --case deepseek-v3:32 --cache bf16\n"
             "  ropekv bench --variant auto,general --json out.json\n"
@@ -361,15 +349,15 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   }
   bname = canonical_backend_name(bname);
   const bool gpu = bname == "hip";
-  if (o.threads < 1) throw arg_error("--threads", ">= 1", std::to_string(o.threads));
-  if (o.calls_per_graph < 1) throw arg_error("--calls-per-graph", ">= 1", std::to_string(o.calls_per_graph));
-  if (o.copy_mb < 1) throw arg_error("--copy-mb", ">= 1", std::to_string(o.copy_mb));
+  if (o.threads < 1 || o.threads > 1024) throw arg_error("--threads", "1..1024", std::to_string(o.threads));
+  if (o.calls_per_graph < 1 || o.calls_per_graph > 1000) throw arg_error("--calls-per-graph", "1..1000", std::to_string(o.calls_per_graph));
+  if (o.copy_mb < 1 || o.copy_mb > 65536) throw arg_error("--copy-mb", "1..65536", std::to_string(o.copy_mb));
   if (o.cold && !gpu) throw arg_error("--cold", "the hip backend", bname);
-  const std::vector<std::string> modes = split(o.modes, ',');
+  const std::vector<std::string> modes = split_list(o.modes, ',', "--mode");
   for (const std::string& m : modes) {
     if (m != "copy" && m != "zero_copy") throw arg_error("--mode", "copy or zero_copy", m);
   }
-  const std::vector<std::string> variants = split(o.variants, ',');
+  const std::vector<std::string> variants = split_list(o.variants, ',', "--variant");
   if (variants.empty()) throw arg_error("--variant", "at least one variant", o.variants);
   for (const std::string& v : variants) set_kernel_variant(v);  // parse all before running anything
   ropekv_gpu::rk_variant_overrides() = {};

@@ -25,6 +25,73 @@
 
 namespace ropekv {
 
+namespace {
+// Digits only; true and the value (leading zeros dropped) when it fits in uint64.
+bool decimal_digits(const std::string& text, uint64_t* value) {
+  if (text.empty() || text.size() > 20) return false;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(ch - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *value = v;
+  return true;
+}
+}  // namespace
+
+int64_t parse_decimal(const std::string& text, int64_t lo, int64_t hi, const std::string& arg) {
+  uint64_t v = 0;
+  if (!decimal_digits(text, &v) || v > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(v) < lo ||
+      static_cast<int64_t>(v) > hi)
+    throw arg_error(arg, fmt::format("a decimal integer in {}..{}", lo, hi), "'" + text + "'");
+  return static_cast<int64_t>(v);
+}
+
+CLI::Validator decimal_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        uint64_t v = 0;
+        if (!decimal_digits(text, &v) || v > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(v) < lo ||
+            static_cast<int64_t>(v) > hi)
+          return fmt::format("expected a decimal integer in {}..{}, got '{}'", lo, hi, text);
+        text = std::to_string(v);
+        return {};
+      },
+      "", "decimal");
+}
+
+CLI::Validator decimal_u64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        if (!decimal_digits(text, &v))
+          return fmt::format("expected a decimal integer in 0..{}, got '{}'", UINT64_MAX, text);
+        text = std::to_string(v);
+        return {};
+      },
+      "", "decimal_u64");
+}
+
+const CLI::Validator non_empty(
+    [](std::string& text) -> std::string { return text.empty() ? "expected a non-empty value, got ''" : ""; },
+    "", "non_empty");
+
+std::vector<std::string> split_list(const std::string& text, char sep, const char* arg) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(sep, start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (item.empty())
+      throw arg_error(arg, fmt::format("a '{}'-separated list of non-empty items", sep), "'" + text + "'");
+    out.push_back(std::move(item));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
 double parse_duration_s(const std::string& text, const char* arg) {
   if (text.empty()) throw arg_error(arg, "a duration like 60s, 5m, 1h or 90", "''");
   double mult = 1;
@@ -50,16 +117,12 @@ double parse_duration_s(const std::string& text, const char* arg) {
 
 namespace {
 
+// A shard number: decimal digits, at most 2^20 (no campaign has more shards).
 int64_t parse_count(const std::string& s, const char* arg, const std::string& text) {
-  size_t used = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty() || v < 0) throw arg_error(arg, "K/N or auto/N with 0 <= K < N", "'" + text + "'");
-  return v;
+  uint64_t v = 0;
+  if (!decimal_digits(s, &v) || v > (uint64_t{1} << 20))
+    throw arg_error(arg, "K/N or auto/N with 0 <= K < N <= 1048576", "'" + text + "'");
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace
@@ -151,18 +214,6 @@ struct cli_state {
   std::ostream& err;
   bool tty;
 };
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t c = s.find(',', start);
-    parts.push_back(s.substr(start, c == std::string::npos ? std::string::npos : c - start));
-    if (c == std::string::npos) break;
-    start = c + 1;
-  }
-  return parts;
-}
 
 int cmd_info(cli_state& st) {
   st.out << fmt::format("ropekv {} (commit {})\n", ROPEKV_VERSION, ROPEKV_GIT_COMMIT);
@@ -279,7 +330,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   fuzz_options f;
   std::vector<std::string> names = o.backends.empty()
                                        ? std::vector<std::string>{"ref", default_other_backend()}
-                                       : split_commas(o.backends);
+                                       : split_list(o.backends, ',', "--backends");
   if (names.size() != 2) throw arg_error("--backends", "two names A,B (e.g. ref,sim)", "'" + o.backends + "'");
   f.backend_a = canonical_backend_name(names[0]);
   f.backend_b = canonical_backend_name(names[1]);
@@ -431,7 +482,7 @@ struct golden_cmp_opts {
     return f;
   }
   void add_to(CLI::App* cmd) {
-    cmd->add_option("--max-ulp", max_ulp, "Rope ULP tolerance")->capture_default_str();
+    cmd->add_option("--max-ulp", max_ulp, "Rope ULP tolerance")->transform(decimal_in(0, int64_t{1} << 32))->capture_default_str();
     cmd->add_flag("--strict", strict, "Drop the rope allowance of the numerics model");
     cmd->add_option("--numerics", numerics,
                     "Rope arithmetic the outputs claim: fp32, operand-products, operand-dtype (core/SPEC.md); "
@@ -493,25 +544,25 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
 
   run_opts ro;
   auto* run = app.add_subcommand("run", "Build one case and run one backend once; print what it wrote");
-  run->add_option("--preset", ro.preset, "Model preset: deepseek-v3, deepseek-v3-tp8, kimi-k2, kimi-k2-tp8, deepseek-v2-lite");
-  run->add_option("--tokens", ro.tokens, "Decode tokens (Tq = Ts = Tk)")->capture_default_str();
-  run->add_option("--repro", ro.repro, "A repro string (docs/golden-format.md), instead of --preset");
+  run->add_option("--preset", ro.preset, "Model preset: deepseek-v3, deepseek-v3-tp8, kimi-k2, kimi-k2-tp8, deepseek-v2-lite")->check(non_empty);
+  run->add_option("--tokens", ro.tokens, "Decode tokens (Tq = Ts = Tk)")->transform(decimal_in(1, int64_t{1} << 24))->capture_default_str();
+  run->add_option("--repro", ro.repro, "A repro string (docs/golden-format.md), instead of --preset")->check(non_empty);
   run->add_option("--backend", ro.backend, "ref (alias cpu), sim, or hip when compiled in")->capture_default_str();
-  run->add_option("--seed", ro.seed, "Data seed for --preset")->capture_default_str();
+  run->add_option("--seed", ro.seed, "Data seed for --preset")->transform(decimal_u64())->capture_default_str();
   run->footer("Examples:\n  ropekv run --preset deepseek-v3 --tokens 32\n  ropekv run --preset kimi-k2 --tokens 256 --backend sim\n"
               "  ropekv run --repro 'tq=4 ts=4 tk=4 h=16 cache=fp8_e4m3fn k_scale=0.5'");
 
   fuzz_cli_opts fo;
   auto* fuzz = app.add_subcommand("fuzz", "Differential fuzzing: two backends on the same random cases");
-  fuzz->add_option("--backends", fo.backends, "A,B: reference and tested backend (default: ref and the best other compiled in, hip > sim)");
-  fuzz->add_option("--cases", fo.cases, "Number of cases in the stream (default 1000 unless --time)");
-  fuzz->add_option("--time", fo.time, "Stop after this long: 60s, 10m, 1h");
-  fuzz->add_option("--seed", fo.seed, "Campaign seed; case i is random_problem(seed, i)")->capture_default_str();
-  fuzz->add_option("--max-tokens", fo.max_tokens, "Upper bound on Tq/Ts/Tk of random cases (<= 4096)")->capture_default_str();
+  fuzz->add_option("--backends", fo.backends, "A,B: reference and tested backend (default: ref and the best other compiled in, hip > sim)")->check(non_empty);
+  fuzz->add_option("--cases", fo.cases, "Number of cases in the stream (default 1000 unless --time)")->transform(decimal_in(1, int64_t{1} << 40));
+  fuzz->add_option("--time", fo.time, "Stop after this long: 60s, 10m, 1h")->check(non_empty);
+  fuzz->add_option("--seed", fo.seed, "Campaign seed; case i is random_problem(seed, i)")->transform(decimal_u64())->capture_default_str();
+  fuzz->add_option("--max-tokens", fo.max_tokens, "Upper bound on Tq/Ts/Tk of random cases (<= 4096)")->transform(decimal_in(1, 4096))->capture_default_str();
   fuzz->add_option("--profile", fo.profile,
                    "any: every option; aligned16: 16-bit q/kv, 16-byte aligned rows, no in-place rope (exercise the GPU fast paths)")
       ->capture_default_str();
-  fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->capture_default_str();
+  fuzz->add_option("--max-ulp", fo.max_ulp, "Rope elements: ULP tolerance")->transform(decimal_in(0, int64_t{1} << 32))->capture_default_str();
   fuzz->add_flag("--strict", fo.strict, "Drop the fp32-evaluation allowance of the rope rule");
   fuzz->add_flag("--bitwise", fo.bitwise,
                  "Every element bit-identical, rope parts too (e.g. sim vs hip: the simulation's faithfulness)");
@@ -521,22 +572,23 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_flag("--identify", fo.identify,
                  "Identify every case's rope arithmetic (not only a failing one's) and count it: "
                  "\"q_out.rope: exactly fp32 x1990\"");
-  fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)");
-  fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->capture_default_str();
+  fuzz->add_option("--repro", fo.repro, "Replay exactly this case (a repro string)")->check(non_empty);
+  fuzz->add_option("--max-failures", fo.max_failures, "Stop after this many FAILED/ERRORED cases (0: never)")->transform(decimal_in(0, int64_t{1} << 40))->capture_default_str();
   fuzz->add_flag("--no-shrink", fo.no_shrink, "Do not shrink failing cases");
   fuzz->add_flag("--isolate", fo.isolate,
                  "Run the tested backend in a forked child per call: a crash (e.g. a plugin's SIGSEGV) is an ERRORED case with its repro, the campaign goes on");
   fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
-  fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder");
-  fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)");
+  fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder")->check(non_empty);
+  fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)")->check(non_empty);
   fuzz->add_option("--variant", fo.variant,
                    "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
                    "general); auto = the launch plan's choice")
       ->capture_default_str();
   fuzz->add_option("--pin", fo.pin,
                    "Keys every random case keeps, in repro syntax (e.g. 'dn=512 dr=64 cache=fp8_e4m3fn'): "
-                   "fuzz only the domain your kernel claims; the rest stays random");
-  fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX");
+                   "fuzz only the domain your kernel claims; the rest stays random")
+      ->check(non_empty);
+  fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX")->check(non_empty);
   fuzz->footer(fuzz_footer);
 
   auto* report = app.add_subcommand("report", "Work with JSON fuzz reports");
@@ -545,7 +597,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   std::string merge_json;
   auto* merge = report->add_subcommand("merge", "Combine shard reports of one campaign");
   merge->add_option("reports", merge_files, "Shard reports (fuzz --json)")->required()->check(CLI::ExistingFile);
-  merge->add_option("--json", merge_json, "Write the merged report here");
+  merge->add_option("--json", merge_json, "Write the merged report here")->check(non_empty);
   merge->footer("Example:\n  ropekv report merge shard-0.json shard-1.json --json all.json");
 
   auto* golden = app.add_subcommand("golden", "Write golden cases, check a backend or compare your outputs against one");
@@ -553,20 +605,24 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   golden->footer(golden_footer);
   golden_write_opts gw;
   auto* gwrite = golden->add_subcommand("write", "Run the reference and write a golden case");
-  gwrite->add_option("--preset", gw.preset, "Model preset");
-  gwrite->add_option("--tokens", gw.tokens, "Tokens for --preset")->capture_default_str();
-  gwrite->add_option("--repro", gw.repro, "A repro string");
-  gwrite->add_option("--random", gw.random, "Write N random cases into the folder --out");
-  gwrite->add_option("--seed", gw.seed, "Seed for --random / --preset data")->capture_default_str();
-  gwrite->add_option("--max-tokens", gw.max_tokens, "Token bound for --random")->capture_default_str();
-  gwrite->add_option("--pin", gw.pin, "--random: keys every case takes, e.g. 'layout=shuffled' (as fuzz --pin)");
-  gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->required();
+  gwrite->add_option("--preset", gw.preset, "Model preset")->check(non_empty);
+  gwrite->add_option("--tokens", gw.tokens, "Tokens for --preset")->transform(decimal_in(1, int64_t{1} << 24))->capture_default_str();
+  gwrite->add_option("--repro", gw.repro, "A repro string")->check(non_empty);
+  gwrite->add_option("--random", gw.random, "Write N random cases into the folder --out")->transform(decimal_in(1, 1000000));
+  gwrite->add_option("--seed", gw.seed, "Seed for --random / --preset data")->transform(decimal_u64())->capture_default_str();
+  gwrite->add_option("--max-tokens", gw.max_tokens, "Token bound for --random")->transform(decimal_in(1, 4096))->capture_default_str();
+  gwrite->add_option("--pin", gw.pin, "--random: keys every case takes, e.g. 'layout=shuffled' (as fuzz --pin)")
+      ->check(non_empty);
+  gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->check(non_empty)->required();
   gwrite->add_option("--format", gw.format, "safetensors or npy")->capture_default_str();
   gwrite->add_option("--inputs", gw.inputs,
                      "Your inputs (safetensors or npy folder: q_nope q_pe kv_c k_pe positions slot_mapping "
-                     "cos_sin | cos sin) for the problem of --repro / --preset");
+                     "cos_sin | cos sin) for the problem of --repro / --preset")
+      ->check(non_empty);
   gwrite->add_option("--table-rows", gw.table_rows,
-                     "--preset: keep table rows 0..N-1, positions below N (0: the full table)")->capture_default_str();
+                     "--preset: keep table rows 0..N-1, positions below N (0: the full table)")
+      ->transform(decimal_in(0, int64_t{1} << 26))
+      ->capture_default_str();
   gwrite->footer(golden_footer);
   std::string gc_file, gc_backend = "ref", gc_json;
   golden_cmp_opts gc_cmp;
@@ -574,7 +630,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required();
   gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
   gc_cmp.add_to(gcheck);
-  gcheck->add_option("--json", gc_json, "Write the case report as JSON");
+  gcheck->add_option("--json", gc_json, "Write the case report as JSON")->check(non_empty);
   gcheck->footer(golden_footer);
   std::string gp_file, gp_got, gp_json;
   golden_cmp_opts gp_cmp;
@@ -584,7 +640,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                        "Your outputs: safetensors or npy folder with q_out, cache | ckv_cache kpe_cache "
                        "(and q_pe / k_pe when in place)")->required();
   gp_cmp.add_to(gcompare);
-  gcompare->add_option("--json", gp_json, "Write the case report as JSON");
+  gcompare->add_option("--json", gp_json, "Write the case report as JSON")->check(non_empty);
   gcompare->footer(golden_footer);
 
   bench_opts bo;

@@ -1,4 +1,7 @@
 #pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -16,4 +19,18 @@ double parse_duration_s(const std::string& text, const char* arg);
 // Parses "K/N" or "auto/N" (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN, or
 // JOB_COMPLETION_INDEX); throws arg_error("--shard", ...).
 void parse_shard(const std::string& text, int64_t* index, int64_t* count);
+
+// Integer options take plain decimal digits in [lo, hi] only. (CLI11 alone reads "010" as octal,
+// "0x10" as hex, "-1" into an unsigned option as its maximum, and clamps a seed of 26 digits.)
+// The validator also strips leading zeros, so that CLI11's conversion reads the decimal value.
+CLI::Validator decimal_in(int64_t lo, int64_t hi);
+CLI::Validator decimal_u64();
+// A text option that, when given, must not be empty (`--json ''` is a mistake, not "no report").
+extern const CLI::Validator non_empty;
+// Parses TEXT as a decimal integer in [lo, hi] (digits only, no sign, no exponent); arg_error
+// naming `arg` (e.g. "--case") otherwise.
+int64_t parse_decimal(const std::string& text, int64_t lo, int64_t hi, const std::string& arg);
+// "a,b,c" -> {a, b, c} (sep ','; '+' for variant parts); an empty item or an empty list is an
+// arg_error naming `arg`.
+std::vector<std::string> split_list(const std::string& text, char sep, const char* arg);
 }  // namespace ropekv
