@@ -53,37 +53,39 @@ def test_reference_matches_oracle_bytewise(golden_dir):
     assert not failed, f"{len(failed)} of {len(golden_dir)} cases differ from the oracle:\n{msg}"
 
 
-def test_reference_matches_oracle_on_the_shuffled_layout(ropekv_bin, tmp_path_factory):
-    """Layout shuffled pinned: the oracle unshuffles the initial cache by reshapes, writes the
-    entries, shuffles back (AITER's shuffle_kv_buffer, in numpy), byte for byte."""
-    files = _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-shuffled"), SHUFFLED_CASES,
-                          SEED + 1, "--pin", "layout=shuffled")
+def _check_pinned(ropekv_bin, tmp_path_factory, cases, seed, pin, what, check_file):
+    """`golden write --random` with `--pin PIN`, each file checked by check_file(meta, tensors)
+    and then against the oracle, byte for byte."""
+    files = _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-pinned"), cases, seed, "--pin", pin)
     failed = []
     for path in files:
-        meta, _ = o.load_golden(path)
-        assert o.parse_repro(meta["repro"])["layout"] == "shuffled", meta["repro"]
+        check_file(*o.load_golden(path))
         r = check_golden(path)
         if not r.ok:
             failed.append(r)
     msg = "\n".join(r.report() for r in failed[:10])
-    assert not failed, f"{len(failed)} of {len(files)} shuffled cases differ from the oracle:\n{msg}"
+    assert not failed, f"{len(failed)} of {len(files)} {what} cases differ from the oracle:\n{msg}"
+
+
+def test_reference_matches_oracle_on_the_shuffled_layout(ropekv_bin, tmp_path_factory):
+    """Layout shuffled pinned: the oracle unshuffles the initial cache by reshapes, writes the
+    entries, shuffles back (AITER's shuffle_kv_buffer, in numpy), byte for byte."""
+    def check_file(meta, tensors):
+        assert o.parse_repro(meta["repro"])["layout"] == "shuffled", meta["repro"]
+
+    _check_pinned(ropekv_bin, tmp_path_factory, SHUFFLED_CASES, SEED + 1, "layout=shuffled", "shuffled",
+                  check_file)
 
 
 def test_reference_matches_oracle_with_scale_tensors(ropekv_bin, tmp_path_factory):
     """scales=tensor pinned: the oracle takes the scales from the files' [1] f32 tensors k_scale /
     q_scale (not from the repro's floats), byte for byte."""
-    files = _write_random(ropekv_bin, tmp_path_factory.mktemp("golden-scales"), SCALES_CASES,
-                          SEED + 2, "--pin", "scales=tensor")
-    failed = []
-    for path in files:
-        meta, tensors = o.load_golden(path)
+    def check_file(meta, tensors):
         assert o.parse_repro(meta["repro"])["scales"] == "tensor", meta["repro"]
         assert tensors["k_scale"].dtype == np.float32 and tensors["k_scale"].shape == (1,)
-        r = check_golden(path)
-        if not r.ok:
-            failed.append(r)
-    msg = "\n".join(r.report() for r in failed[:10])
-    assert not failed, f"{len(failed)} of {len(files)} scale-tensor cases differ from the oracle:\n{msg}"
+
+    _check_pinned(ropekv_bin, tmp_path_factory, SCALES_CASES, SEED + 2, "scales=tensor", "scale-tensor",
+                  check_file)
 
 
 def test_oracle_shuffle_is_the_spec_formula():
