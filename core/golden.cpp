@@ -3,6 +3,8 @@
 // as they are in memory, which is what both formats ask for ('<' / little-endian).
 #include "core/golden.h"
 
+#include "core/file_io.h"
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -122,30 +124,13 @@ std::string dtypes_json(const golden_file& f) {
   throw arg_error(what.empty() ? path : path + ": " + what, expected, got);
 }
 
-// Writes `head` then the byte chunks to path + ".tmp", then renames it to `path`: a reader never
-// sees half a file.
+// Writes `head` then the byte chunks atomically (core/file_io.h): a reader never sees half a file.
 void write_file(const std::string& path, const std::string& head,
                 const std::vector<const std::vector<uint8_t>*>& chunks) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) file_error(path, "", "a writable file", std::strerror(errno));
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    for (const std::vector<uint8_t>* c : chunks)
-      out.write(reinterpret_cast<const char*>(c->data()), static_cast<std::streamsize>(c->size()));
-    out.close();
-    if (!out) {
-      const int e = errno;
-      std::remove(tmp.c_str());
-      file_error(path, "", "a complete write", std::strerror(e));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    file_error(path, "", "a file that can be renamed into place", ec.message());
-  }
+  std::vector<std::string_view> parts{head};
+  for (const std::vector<uint8_t>* c : chunks)
+    parts.emplace_back(reinterpret_cast<const char*>(c->data()), c->size());
+  write_file_atomic(path, parts, "");
 }
 
 void write_bytes(const std::string& path, const std::string& head, const golden_file& f,

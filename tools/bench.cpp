@@ -20,6 +20,7 @@
 #include "backends/hip/variant.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/presets.h"
 #include "core/problem.h"
 #include "tools/backends_registry.h"
@@ -353,6 +354,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   if (o.calls_per_graph < 1 || o.calls_per_graph > 1000) throw arg_error("--calls-per-graph", "1..1000", std::to_string(o.calls_per_graph));
   if (o.copy_mb < 1 || o.copy_mb > 65536) throw arg_error("--copy-mb", "1..65536", std::to_string(o.copy_mb));
   if (o.cold && !gpu) throw arg_error("--cold", "the hip backend", bname);
+  if (!o.json.empty()) check_writable_path(o.json, "--json");  // before the measurements, not after
   const std::vector<std::string> modes = split_list(o.modes, ',', "--mode");
   for (const std::string& m : modes) {
     if (m != "copy" && m != "zero_copy") throw arg_error("--mode", "copy or zero_copy", m);
@@ -496,12 +498,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
     out << fmt::format("copy reference used: {:.1f} GB/s ({})\n", copy_gbps, cpu_copy->best_kind);
   }
   j["results"] = results;
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    if (!f) throw arg_error("--json", "a writable file", o.json);
-    f << j.dump(2) << "\n";
-    if (!f) throw error("bench: writing " + o.json + " failed");
-  }
+  if (!o.json.empty()) write_file_atomic(o.json, {j.dump(2) + "\n"}, "--json");
   out << fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "case", "mode", "request",
                      "variant", "us/call", "MB", "floor_us", "GB/s", "%copy");
   for (const std::string& r : rows) out << r << "\n";

@@ -14,6 +14,7 @@
 
 #include "core/case_data.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/golden.h"
 #include "core/op.h"
 #include "core/presets.h"
@@ -309,11 +310,11 @@ struct fuzz_cli_opts {
   std::string pin;
 };
 
-void write_json(const std::string& path, const nlohmann::json& j) {
-  std::ofstream f(path);
-  if (!f) throw arg_error("--json", "a writable file", "'" + path + "'");
-  f << j.dump(2) << "\n";
-  if (!f) throw arg_error("--json", "a writable file", "'" + path + "' (write failed)");
+// The report, atomically (core/file_io.h): a full disk or a signal never leaves half a report,
+// and a failed write is an error (exit 2), never a silent exit 0.
+void write_json(const std::string& path, const nlohmann::json& j, const char* arg = "--json") {
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path, {text}, arg);
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -353,10 +354,9 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   f.dump_dir = o.dump;
   if (o.max_failures < 0) throw arg_error("--max-failures", ">= 0", std::to_string(o.max_failures));
   f.max_failures = o.max_failures;
-  if (!o.json.empty()) {  // fail before the campaign, not after it
-    std::ofstream probe(o.json, std::ios::app);
-    if (!probe) throw arg_error("--json", "a writable file", "'" + o.json + "'");
-  }
+  // fail before the campaign, not after it, and create nothing yet
+  if (!o.json.empty()) check_writable_path(o.json, "--json");
+  if (!o.dump.empty()) check_writable_folder(o.dump, "--dump");
   f.variant = o.variant;
   f.pins = o.pin;
   if (!f.pins.empty()) check_pins(f.pins);

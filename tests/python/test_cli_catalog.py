@@ -169,6 +169,16 @@ USAGE_CASES = [
     pytest.param(["fuzz", "--cases", "1", "--dump", ""], ["--dump", "non-empty"], id="empty dump folder"),
     pytest.param(["golden", "write", "--repro", "", "--out", "{tmp}/x.safetensors"], ["--repro", "non-empty"],
                  id="golden write: empty repro"),
+    # report paths are checked before the campaign, and nothing is created for a failed command
+    pytest.param(["fuzz", "--cases", "1", "--variant", "bogus", "--json", "{tmp}/r.json"], ["--variant", "bogus"],
+                 id="bad variant with --json: no report file created"),
+    pytest.param(["fuzz", "--cases", "1", "--json", "{tmp}/no/such/folder/r.json"], ["--json", "existing folder"],
+                 id="report in a missing folder"),
+    pytest.param(["fuzz", "--cases", "1", "--json", "{tmp}"], ["--json", "a directory"], id="report path is a folder"),
+    pytest.param(["fuzz", "--cases", "1", "--dump", "/dev/null"], ["--dump", "expected a folder"],
+                 id="dump folder is not a folder"),
+    pytest.param(["bench", "--backend", "ref", "--json", "{tmp}/no/r.json"], ["--json", "existing folder"],
+                 id="bench: report in a missing folder"),
     pytest.param(["report", "merge", "{tmp}/missing.json"], ["missing.json"], id="report merge: missing file"),
 ]
 
@@ -205,6 +215,19 @@ def test_unreadable_golden_file(ropekv_bin, golden_files, name, fragments):
     check_one_error_line(r, [str(path), *fragments])
     if before is not None:
         assert path.read_bytes() == before, "golden check modified its input"
+
+
+def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
+    # /dev/full accepts the open and fails the write: exit 2 and one error line, never exit 0
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "2", "--json", "/dev/full"])
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.splitlines()[-1].startswith("ropekv: error: --json: expected a complete write"), r.stderr
+    # an earlier report is replaced whole or not at all: a write beside it, then a rename
+    report = tmp_path / "r.json"
+    report.write_text("earlier")
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "2", "--json", str(report)])
+    assert r.returncode == 0, r.stderr
+    assert report.read_text().startswith("{") and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
 def test_report_merge_of_a_non_json_file(ropekv_bin, golden_files):
