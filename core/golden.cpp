@@ -89,21 +89,8 @@ void scatter(const golden_tensor& t, const tensor_view& v, const std::string& na
 // The view of `args` that a golden tensor name refers to ("q_out.initial" -> q_out).
 const tensor_view& view_named(const op_args& a, const std::string& name) {
   const std::string base = name.substr(0, name.find('.'));
-  if (base == "q_nope") return a.q_nope;
-  if (base == "q_pe") return a.q_pe;
-  if (base == "kv_c") return a.kv_c;
-  if (base == "k_pe") return a.k_pe;
-  if (base == "positions") return a.positions;
-  if (base == "slot_mapping") return a.slot_mapping;
-  if (base == "cos_sin") return a.cos_sin;
-  if (base == "cos") return a.cos;
-  if (base == "sin") return a.sin;
-  if (base == "q_out") return a.q_out;
-  if (base == "cache") return a.cache;
-  if (base == "ckv_cache") return a.ckv_cache;
-  if (base == "kpe_cache") return a.kpe_cache;
-  if (base == "k_scale") return a.k_scale_tensor;
-  if (base == "q_scale") return a.q_scale_tensor;
+  for (const auto& [n, view] : named_tensors(a))
+    if (base == n) return *view;
   throw error(fmt::format("golden: no view for tensor '{}'", name));
 }
 

@@ -368,17 +368,10 @@ void validate(const op_args& args, bool check_values) {
   }
 
   // --- one memory space
-  const named_view all_views[] = {
-      {"q_nope", &args.q_nope}, {"q_pe", &args.q_pe},       {"kv_c", &args.kv_c},
-      {"k_pe", &args.k_pe},     {"positions", &args.positions}, {"slot_mapping", &args.slot_mapping},
-      {"cos_sin", &args.cos_sin}, {"cos", &args.cos},       {"sin", &args.sin},
-      {"q_out", &args.q_out},   {"cache", &args.cache},     {"ckv_cache", &args.ckv_cache},
-      {"kpe_cache", &args.kpe_cache}, {"k_scale", &args.k_scale_tensor}, {"q_scale", &args.q_scale_tensor}};
-  for (const named_view& nv : all_views) {
-    if (nv.view->present() && nv.view->on_device != args.q_nope.on_device) {
-      throw arg_error(nv.name,
-                      args.q_nope.on_device ? "device memory (like q_nope)" : "host memory (like q_nope)",
-                      nv.view->on_device ? "device memory" : "host memory");
+  for (const auto& [name, view] : named_tensors(args)) {
+    if (view->present() && view->on_device != args.q_nope.on_device) {
+      throw arg_error(name, args.q_nope.on_device ? "device memory (like q_nope)" : "host memory (like q_nope)",
+                      view->on_device ? "device memory" : "host memory");
     }
   }
 

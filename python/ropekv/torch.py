@@ -30,7 +30,6 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.int32: "i32", torch.int64: "i64"}
 _NAMES = ("q_nope", "q_pe", "kv_c", "k_pe", "positions", "slot_mapping", "cos_sin", "cos", "sin",
           "q_out", "cache", "ckv_cache", "kpe_cache")
-_SCALE_NAMES = ("k_scale", "q_scale")
 _CHOICES = {"style": ("gptj", "neox"), "order": ("nope_first", "rope_first"),
             "scale_conv": ("divide", "reciprocal"), "pad_q": ("computed", "skipped"),
             "pos_oob": ("error", "clamp")}
