@@ -28,7 +28,17 @@ struct golden_file {
   std::map<std::string, golden_tensor> tensors;   // name -> tensor (names as in the format doc)
 };
 
-// The tensors a golden file of `prob` holds, with their dtype and shape (docs/golden-format.md).
+// The golden file format version this build writes (`format_version` metadata); it reads 1 and
+// 2. Version 2 need not store a tensor a recipe of its `derived` metadata rebuilds exactly (an
+// output's poisoned `.initial`, the copied nope columns of `q_out.expected`).
+inline constexpr int golden_format_version = 2;
+
+struct golden_write_options {
+  bool store_all = false;  // true: every tensor stored as itself, no `derived` recipes
+};
+
+// The tensors of a golden case of `prob` (stored or derived in the file), with their dtype and
+// shape (docs/golden-format.md).
 struct golden_tensor_spec {
   std::string name;
   dtype type;
@@ -42,12 +52,14 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& prob);
 golden_file make_golden(const case_data& before, const case_data& after);
 
 // Writes a safetensors file (8-byte little-endian header length, JSON header, data).
-void write_golden(const std::string& path, const case_data& before, const case_data& after);
-void write_golden(const std::string& path, const golden_file& file);
+void write_golden(const std::string& path, const case_data& before, const case_data& after,
+                  const golden_write_options& opt = {});
+void write_golden(const std::string& path, const golden_file& file, const golden_write_options& opt = {});
 
 // Writes `dir`/<tensor name>.npy (.npy v1.0; f32 '<f4', f16 '<f2', bf16 as '<u2' bits, fp8 as
 // '|u1' bits, i32 '<i4', i64 '<i8') plus `dir`/meta.json (metadata, dtypes, shapes). Creates dir.
-void write_golden_npy(const std::string& dir, const case_data& before, const case_data& after);
+void write_golden_npy(const std::string& dir, const case_data& before, const case_data& after,
+                      const golden_write_options& opt = {});
 
 // A tensor as a file holds it, before it is matched with a golden tensor: `dtype` is the file's
 // name for it (safetensors "BF16", "F8_E4M3FNUZ", "U8", ...; npy descr "<f4", "<u2", "|u1",
@@ -98,9 +110,11 @@ case_data case_with_outputs(const case_data& initial, const tensor_file& outputs
 case_data case_with_inputs(const problem& prob, const tensor_file& inputs,
                            std::vector<std::string>* ignored);
 
-// Reads and checks a golden file: safetensors, or a folder written by write_golden_npy. Anything wrong (truncated, bad header length, bad
-// JSON, offsets out of range, unknown dtype, a tensor missing or whose dtype/shape disagrees with
-// the repro) throws arg_error naming the file and what is wrong. Never reads out of bounds.
+// Reads and checks a golden file: safetensors, or a folder written by write_golden_npy; format
+// version 1 or 2, derived tensors rebuilt (the result holds every tensor of golden_tensor_specs).
+// Anything wrong (truncated, bad header length, bad JSON, offsets out of range, unknown dtype, a
+// tensor missing or whose dtype/shape disagrees with the repro, a bad recipe) throws arg_error
+// naming the file and what is wrong. Never reads out of bounds.
 golden_file read_golden(const std::string& path);
 // The checks of read_golden on tensors already read (a safetensors file or an npy folder).
 golden_file golden_from_tensor_file(const tensor_file& tf);

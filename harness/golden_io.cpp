@@ -80,7 +80,7 @@ golden_compare_result compare_golden_outputs(const std::string& golden_path, con
 }
 
 void write_reference_golden(const std::string& path, const std::string& format, const case_data& before,
-                            backend& ref) {
+                            backend& ref, const golden_write_options& opt) {
   if (format != "safetensors" && format != "npy") throw arg_error("format", "safetensors or npy", "'" + format + "'");
   case_data after = before.clone();
   ref.set_case_repro(before.prob.to_repro());
@@ -88,9 +88,9 @@ void write_reference_golden(const std::string& path, const std::string& format, 
   if (format == "safetensors") {
     std::filesystem::path fp(path);
     if (fp.has_parent_path()) std::filesystem::create_directories(fp.parent_path());
-    write_golden(path, before, after);
+    write_golden(path, before, after, opt);
   } else {
-    write_golden_npy(path, before, after);
+    write_golden_npy(path, before, after, opt);
   }
 }
 

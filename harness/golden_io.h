@@ -40,6 +40,6 @@ golden_compare_result compare_golden_outputs(const std::string& golden_path, con
 // Runs `ref` (the reference backend) on a clone of `before` and writes the golden file of the
 // pair: format "safetensors" (a file; creates its parent folder) or "npy" (a folder).
 void write_reference_golden(const std::string& path, const std::string& format, const case_data& before,
-                            backend& ref);
+                            backend& ref, const golden_write_options& opt = {});
 
 }  // namespace ropekv

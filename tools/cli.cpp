@@ -206,9 +206,39 @@ const char* const golden_footer = R"(Examples:
   ropekv golden compare dsv3.safetensors --got my_outputs.safetensors
   ropekv golden compare dsv3.safetensors --got my_outputs_npy/ --max-ulp 2 --json rec.json
 --table-rows: a preset's cos/sin table keeps rows 0..N-1 (positions drawn below N); 0: the
-preset's full table. --inputs / --got: safetensors (any writer, no metadata needed) or a
+preset's full table. A file leaves out what its `derived` metadata rebuilds exactly (outputs'
+poisoned *.initial, q_out's nope columns when they are q_nope's bytes); golden check/compare
+and ropekv.golden.load rebuild them, --store-all writes every tensor. --inputs / --got: safetensors (any writer, no metadata needed) or a
 folder of NAME.npy, tensors by their golden names without suffix (q_out, cache, ...).
 File format: docs/golden-format.md.)";
+
+// An error message as one printable line: newlines become spaces; other control bytes and
+// bytes that are not valid UTF-8 (a binary file's bytes quoted by a parser) become \xNN.
+std::string one_line(const std::string& msg) {
+  std::string out;
+  const auto* b = reinterpret_cast<const unsigned char*>(msg.data());
+  const size_t n = msg.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool valid = len > 0 && i + len <= n && !(len == 2 && c < 0xc2);
+    for (size_t k = 1; valid && k < len; ++k) valid = (b[i + k] & 0xc0) == 0x80;
+    if (!valid) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      out += ' ';
+      ++i;
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    } else {
+      out.append(msg, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
 
 struct cli_state {
   std::ostream& out;
@@ -387,7 +417,8 @@ int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const
 
 struct golden_write_opts {
   std::string preset, repro, out, format = "safetensors", inputs;
-  int64_t table_rows = 4096;
+  int64_t table_rows = 2048;
+  bool store_all = false;
   int64_t tokens = 4;
   int64_t random = 0;
   uint64_t seed = 1;
@@ -395,9 +426,9 @@ struct golden_write_opts {
   std::string pin;  // --random: keys every case takes (repro syntax, as fuzz --pin)
 };
 
-void write_one_golden(const problem& p, const std::string& path, const std::string& format) {
+void write_one_golden(const problem& p, const std::string& path, const golden_write_opts& o) {
   std::unique_ptr<backend> ref = find_backend("ref")();
-  write_reference_golden(path, format, make_case(p), *ref);
+  write_reference_golden(path, o.format, make_case(p), *ref, golden_write_options{o.store_all});
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -420,7 +451,7 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
       problem p = random_problem(o.seed, static_cast<uint64_t>(i), o.max_tokens);
       if (!o.pin.empty()) p = pin_problem(p, o.pin);
       std::string path = fmt::format("{}/case-{:04}{}", o.out, i, o.format == "npy" ? "" : ".safetensors");
-      write_one_golden(p, path, o.format);
+      write_one_golden(p, path, o);
       st.out << fmt::format("wrote {}: {}\n", path, p.to_repro());
     }
     return 0;
@@ -433,13 +464,13 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
     check_problem(p);
   }
   if (o.inputs.empty()) {
-    write_one_golden(p, o.out, o.format);
+    write_one_golden(p, o.out, o);
   } else {
     std::vector<std::string> ignored;
     const case_data before = case_with_inputs(p, read_tensor_file(o.inputs), &ignored);
     if (!ignored.empty()) st.out << "ignored: " << joined(ignored) << "\n";
     std::unique_ptr<backend> ref = find_backend("ref")();
-    write_reference_golden(o.out, o.format, before, *ref);
+    write_reference_golden(o.out, o.format, before, *ref, golden_write_options{o.store_all});
   }
   st.out << fmt::format("wrote {}: {}\n", o.out, p.to_repro());
   return 0;
@@ -623,6 +654,9 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                      "--preset: keep table rows 0..N-1, positions below N (0: the full table)")
       ->transform(decimal_in(0, int64_t{1} << 26))
       ->capture_default_str();
+  gwrite->add_flag("--store-all", gw.store_all,
+                   "Store every tensor as itself (larger file): no poison fills or q_out nope columns "
+                   "left to be rebuilt from the `derived` metadata");
   gwrite->footer(golden_footer);
   std::string gc_file, gc_backend = "ref", gc_json;
   golden_cmp_opts gc_cmp;
@@ -658,11 +692,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   } catch (const CLI::ParseError& e) {
     std::string msg = unknown_subcommand_message(app);
     if (msg.empty()) {
-      msg = e.what();
-      for (char& c : msg) {
-        if (c == '\n') c = ' ';
-      }
-      msg += " (see ropekv --help)";
+      msg = one_line(e.what()) + " (see ropekv --help)";
     }
     st.err << "ropekv: error: " << msg << "\n";
     return 2;
@@ -687,10 +717,7 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   try {
     return run_cli(args, st);
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    for (char& c : msg) {
-      if (c == '\n') c = ' ';
-    }
+    const std::string msg = one_line(e.what());
     out << std::flush;
     err << "ropekv: error: " << msg << "\n";
     return 2;
@@ -702,10 +729,7 @@ int cli_main(const std::vector<std::string>& args) {
   try {
     return run_cli(args, st);
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    for (char& c : msg) {
-      if (c == '\n') c = ' ';
-    }
+    const std::string msg = one_line(e.what());
     std::cout << std::flush;
     std::cerr << "ropekv: error: " << msg << "\n";
     return 2;

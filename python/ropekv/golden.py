@@ -44,11 +44,12 @@ def load(path: str) -> Golden:
 
 
 def save(path: str, case: Case, outputs: Optional[Mapping[str, Any]] = None,
-         format: str = "safetensors") -> None:
+         format: str = "safetensors", store_all: bool = False) -> None:
     """Writes the golden file of `case`'s problem: its inputs and poisoned outputs, and as
     `*.expected` either the reference's outputs (outputs=None) or yours (numpy or torch, by name,
     with the case's shapes and dtypes, as for ropekv.compare). format: safetensors or npy (a
-    folder)."""
+    folder). store_all: store every tensor as itself rather than leave out what the file's
+    `derived` metadata rebuilds (docs/golden-format.md)."""
     before = _pristine(case)
     after = before.clone()
     if outputs is None:
@@ -62,7 +63,7 @@ def save(path: str, case: Case, outputs: Optional[Mapping[str, Any]] = None,
         for name in names:
             want = after.tensors[name]
             want[...] = _to_numpy_bits(name, outputs[name], want)
-    _c.write_golden(str(path), before._data, after._data, format)
+    _c.write_golden(str(path), before._data, after._data, format, store_all)
 
 
 def _tensor_entries(tensors: Mapping[str, Any]):
@@ -117,10 +118,11 @@ def compare(golden: Union[str, "_os.PathLike", Golden], outputs: Union[str, "_os
 
 
 def write_from_inputs(path: Union[str, "_os.PathLike"], problem: Union[str, Problem],
-                      inputs: Union[str, "_os.PathLike", Mapping[str, Any]], format: str = "safetensors") -> None:
+                      inputs: Union[str, "_os.PathLike", Mapping[str, Any]], format: str = "safetensors",
+                      store_all: bool = False) -> None:
     """Writes the golden file of your own inputs: `problem` (a Problem or repro string) says the
     shapes, dtypes and options; `inputs` (a path: safetensors or npy folder, or a dict of numpy /
     torch arrays) holds q_nope q_pe kv_c k_pe positions slot_mapping and cos_sin (or cos, sin)
     with exactly those shapes and dtypes (ValueError naming the tensor, expected vs got). The
     outputs start poisoned as make_case lays them out; *.expected is the reference's run."""
-    _c.write_golden_from_inputs(_os.fspath(path), str(Problem(problem)), _source(inputs), format)
+    _c.write_golden_from_inputs(_os.fspath(path), str(Problem(problem)), _source(inputs), format, store_all)

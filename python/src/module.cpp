@@ -299,15 +299,15 @@ NB_MODULE(_ropekv, m) {
       false;
 #endif
   m.def("write_golden", [](const std::string& path, const case_data& before, const case_data& after,
-                           const std::string& format) {
+                           const std::string& format, bool store_all) {
     if (format == "safetensors") {
-      write_golden(path, before, after);
+      write_golden(path, before, after, golden_write_options{store_all});
     } else if (format == "npy") {
-      write_golden_npy(path, before, after);
+      write_golden_npy(path, before, after, golden_write_options{store_all});
     } else {
       throw arg_error("format", "safetensors or npy", "'" + format + "'");
     }
-  }, "path"_a, "before"_a, "after"_a, "format"_a,
+  }, "path"_a, "before"_a, "after"_a, "format"_a, "store_all"_a = false,
         "Writes a golden case: inputs and *.initial from `before`, *.expected from `after`");
   m.def("load_golden", [](const std::string& path) {
     golden_case g = load_golden_case(path);
@@ -351,15 +351,15 @@ NB_MODULE(_ropekv, m) {
         "Your outputs (a path or (name, dtype, shape, bytes) tensors) against a golden case: (report, ignored names)");
   m.def("write_golden_from_inputs", [tensors_of](const std::string& path, const std::string& repro,
                                                  const std::variant<std::string, std::vector<py_tensor>>& inputs,
-                                                 const std::string& format) {
+                                                 const std::string& format, bool store_all) {
     const problem p = parse_problem(repro);
     std::vector<std::string> ignored;
     const case_data before = case_with_inputs(p, tensors_of(inputs, "inputs"), &ignored);
     std::unique_ptr<backend> ref = find_backend("ref")();
     nb::gil_scoped_release nogil;
-    write_reference_golden(path, format, before, *ref);
+    write_reference_golden(path, format, before, *ref, golden_write_options{store_all});
     return ignored;
-  }, "path"_a, "repro"_a, "inputs"_a, "format"_a,
+  }, "path"_a, "repro"_a, "inputs"_a, "format"_a, "store_all"_a = false,
         "Writes the golden file of your inputs (a path or tensors) for the problem `repro`; returns the ignored names");
   m.def("backend_names", [] { return compiled_backend_names(); });
 }

@@ -133,7 +133,15 @@ TEST_CASE("golden write --random and --format npy") {
                       (dir / "npy").string()});
   CHECK(n.rc == 0);
   CHECK(std::filesystem::exists(dir / "npy" / "meta.json"));
-  CHECK(std::filesystem::exists(dir / "npy" / "q_out.expected.npy"));
+  CHECK(std::filesystem::exists(dir / "npy" / "q_out.expected.rope.npy"));  // nope columns: q_nope's
+  CHECK(std::filesystem::exists(dir / "npy" / "cache.expected.npy"));
+  cli_result all = cli({"golden", "write", "--repro", "tq=2 ts=2 tk=2 h=2 p=32", "--format", "npy", "--store-all",
+                        "--out", (dir / "npy-all").string()});
+  CHECK(all.rc == 0);
+  CHECK(std::filesystem::exists(dir / "npy-all" / "q_out.expected.npy"));
+  CHECK(std::filesystem::exists(dir / "npy-all" / "q_out.initial.npy"));
+  CHECK(cli({"golden", "check", (dir / "npy").string(), "--backend", "ref"}).rc == 0);
+  CHECK(cli({"golden", "check", (dir / "npy-all").string(), "--backend", "ref"}).rc == 0);
   CHECK(cli({"golden", "write", "--preset", "kimi-k2", "--format", "hdf5", "--out", "x"}).rc == 2);
   std::filesystem::remove_all(dir);
 }
@@ -210,6 +218,33 @@ TEST_CASE("fuzz --json and report merge through the CLI; closing line") {
   CHECK(last_line(m.out).rfind("12 passed, 0 failed", 0) == 0);
   CHECK(std::filesystem::exists(jm));
   CHECK(cli({"report", "merge", j0, j0}).rc == 2);  // the same shard twice
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("error messages are one printable line: a binary file's bytes quoted as \\xNN") {
+  auto dir = temp_dir("binary");
+  const std::string bin = (dir / "not.json").string(), utf8 = (dir / "r\xc3\xa9sum\xc3\xa9.json").string();
+  {
+    std::ofstream f(bin, std::ios::binary);
+    f << "\xb0\x01\n\x02";
+    std::ofstream g(utf8, std::ios::binary);
+    g << "\xff";
+  }
+  cli_result r = cli({"report", "merge", bin});
+  INFO(r.err);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("\\xb0") != std::string::npos);
+  for (size_t i = 0; i + 1 < r.err.size(); ++i) {
+    const auto c = static_cast<unsigned char>(r.err[i]);
+    CHECK((c >= 0x20 && c < 0x7f));
+  }
+  CHECK(r.err.back() == '\n');
+  CHECK(r.err.find('\n') == r.err.size() - 1);
+  cli_result u = cli({"report", "merge", utf8});  // a UTF-8 file name stays as it is
+  INFO(u.err);
+  CHECK(u.rc == 2);
+  CHECK(u.err.find("r\xc3\xa9sum\xc3\xa9.json") != std::string::npos);
+  CHECK(u.err.find("\\xff") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

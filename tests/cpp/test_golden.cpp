@@ -103,9 +103,10 @@ TEST_CASE("golden: write, read, load round trip on random problems and a preset"
     CHECK(f.metadata.at("repro") == p.to_repro());
     CHECK_FALSE(f.metadata.at("ropekv_version").empty());
     CHECK_FALSE(f.metadata.at("ropekv_commit").empty());
+    CHECK(f.metadata.at("format_version") == "2");
     const nlohmann::json dtypes = nlohmann::json::parse(f.metadata.at("dtypes"));
     CHECK(dtypes.at("q_out.expected") == dtype_name(p.q_out_dtype));
-    CHECK(dtypes.size() == f.tensors.size());
+    for (const auto& [name, t] : f.tensors) CHECK(dtypes.at(name) == dtype_name(t.type));
     const std::vector<golden_tensor_spec> specs = golden_tensor_specs(p);
     CHECK(f.tensors.size() == specs.size());
     inplace_seen += f.tensors.count("q_pe.expected") + f.tensors.count("k_pe.expected");
@@ -154,8 +155,16 @@ TEST_CASE("golden: npy folder with meta.json") {
   CHECK(meta.at("dtypes").at("cache.expected") == "fp8_e5m2");
   CHECK(meta.at("tensors").at("cos").at("shape") == nlohmann::json::array({8, 1}));
   const golden_file f = make_golden(r.before, r.after);
+  // the poisoned outputs are recipes, not files; q_out's nope columns come from q_nope
+  CHECK(meta.at("derived").at("q_out.initial").at("fill_byte") == 0xA5);
+  CHECK(meta.at("derived").at("q_out.expected").at("concat_last") == nlohmann::json::array({"q_nope", "q_out.expected.rope"}));
+  CHECK_FALSE(fs::exists(dir + "/q_out.initial.npy"));
+  CHECK(fs::exists(dir + "/cache.expected.npy"));
+  int files = 0;
   for (const auto& [name, t] : f.tensors) {
     INFO(name);
+    if (meta.at("derived").contains(name)) continue;
+    ++files;
     const std::vector<uint8_t> bytes = read_all(dir + "/" + name + ".npy");
     REQUIRE(bytes.size() > 10);
     CHECK(std::memcmp(bytes.data(), "\x93NUMPY\x01\x00", 8) == 0);
@@ -169,6 +178,7 @@ TEST_CASE("golden: npy folder with meta.json") {
     REQUIRE(bytes.size() == 10 + hlen + t.bytes.size());
     CHECK(std::equal(t.bytes.begin(), t.bytes.end(), bytes.begin() + 10 + static_cast<int64_t>(hlen)));
   }
+  CHECK(files + 1 == static_cast<int>(meta.at("tensors").size()));  // and q_out.expected.rope
   CHECK(read_all(dir + "/positions.npy").size() > 0);
   const std::vector<uint8_t> pos = read_all(dir + "/positions.npy");
   CHECK(std::string(pos.begin() + 10, pos.end()).find("'shape': (3,)") != std::string::npos);
@@ -264,6 +274,112 @@ TEST_CASE("golden: truncated and corrupted files give arg_error naming the file"
       q.heads = 1;
       h["__metadata__"]["repro"] = q.to_repro();
     }, "shape");
+  }
+}
+
+TEST_CASE("golden: format version 2 leaves out what it rebuilds; version 1 files still read") {
+  using json = nlohmann::json;
+  auto header_of = [](const std::string& path) {
+    const std::vector<uint8_t> b = read_all(path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | b[static_cast<size_t>(i)];
+    return json::parse(b.begin() + 8, b.begin() + 8 + static_cast<int64_t>(n));
+  };
+  SUBCASE("the small form and --store-all rebuild the same case") {
+    std::vector<problem> problems;
+    for (uint64_t i = 0; i < 30; ++i) problems.push_back(random_problem(77, i, 24));
+    problems.push_back(parse_problem("tq=6 ts=6 tk=6 h=2 dn=8 dr=4 p=16 bs=8 nb=1 pad_slots=2 pad_q=skipped"));
+    problems.push_back(parse_problem("tq=2 ts=2 tk=2 h=2 dn=8 dr=4 p=16 bs=4 nb=1 qo=fp8_e4m3fn q_scale=2"));
+    int concat = 0, whole = 0;
+    for (const problem& p : problems) {
+      INFO(p.to_repro());
+      run_pair r = run_reference(p);
+      const std::string small = temp_path("small.safetensors"), full = temp_path("full.safetensors");
+      write_golden(small, r.before, r.after);
+      write_golden(full, r.before, r.after, golden_write_options{true});
+      const json hs = header_of(small), hf = header_of(full);
+      const json ds = json::parse(hs["__metadata__"]["derived"].get<std::string>());
+      CHECK(json::parse(hf["__metadata__"]["derived"].get<std::string>()).empty());
+      CHECK(hf.contains("q_out.initial"));
+      CHECK(ds.at("q_out.initial") == json({{"fill_byte", 0xA5}, {"shape", {p.tq, p.heads, p.dn + p.dr}}}));
+      CHECK_FALSE(hs.contains("q_out.initial"));
+      // q_out.expected is rebuilt from q_nope exactly when its nope columns are q_nope's bytes
+      const golden_file f = make_golden(r.before, r.after);
+      bool nope_is_copy = p.q_out_dtype == p.in_dtype;
+      for (int64_t row = 0; nope_is_copy && row < p.tq * p.heads; ++row) {
+        const size_t esz = dtype_size_bytes(p.in_dtype);
+        nope_is_copy = std::memcmp(f.tensors.at("q_out.expected").bytes.data() + row * (p.dn + p.dr) * esz,
+                                   f.tensors.at("q_nope").bytes.data() + row * p.dn * esz, p.dn * esz) == 0;
+      }
+      CHECK(ds.contains("q_out.expected") == nope_is_copy);
+      CHECK(hs.contains("q_out.expected.rope") == nope_is_copy);
+      CHECK(hs.contains("q_out.expected") != nope_is_copy);
+      (nope_is_copy ? concat : whole) += 1;
+      const golden_case a = load_golden_case(small), b = load_golden_case(full);
+      CHECK(same_buffers(a.initial, b.initial));
+      CHECK(same_buffers(a.expected, b.expected));
+      CHECK(same_buffers(a.expected, r.after));
+      CHECK(a.file.tensors.count("q_out.expected.rope") == 0);
+    }
+    CHECK(concat > 0);
+    CHECK(whole >= 2);  // pad_q=skipped rows and an fp8 q_out keep the whole tensor
+  }
+  SUBCASE("version 1 files (every tensor stored, no format_version) load and replay") {
+    int files = 0;
+    for (const auto& entry : fs::directory_iterator(std::string(ROPEKV_SOURCE_DIR) + "/tests/data/golden-v1")) {
+      const std::string path = entry.path().string();
+      if (entry.path().extension() != ".safetensors") continue;
+      ++files;
+      INFO(path);
+      CHECK_FALSE(header_of(path)["__metadata__"].contains("format_version"));
+      golden_case g = load_golden_case(path);
+      case_data run = g.initial.clone();
+      reference_run(run.args);
+      CHECK(same_buffers(run, g.expected));
+    }
+    CHECK(files >= 3);
+  }
+  SUBCASE("bad recipes and versions: arg_error naming the file and the key") {
+    const problem p = parse_problem("tq=2 ts=2 tk=2 h=2 dn=8 dr=4 p=16 bs=2 nb=2");
+    run_pair r = run_reference(p);
+    const std::string good = temp_path("v2.safetensors"), bad = temp_path("v2bad.safetensors");
+    write_golden(good, r.before, r.after);
+    auto expect = [&](auto edit, const char* needle) {
+      edit_header(good, bad, [&](json& h) {
+        json d = json::parse(h["__metadata__"]["derived"].get<std::string>());
+        edit(h, d);
+        h["__metadata__"]["derived"] = d.dump();
+      });
+      const std::string msg = load_error(bad);
+      INFO(msg);
+      CHECK(msg.find(bad) == 0);
+      CHECK(msg.find(needle) != std::string::npos);
+    };
+    edit_header(good, bad, [](json&) {});
+    CHECK(load_error(bad).empty());
+    expect([](json& h, json&) { h["__metadata__"]["format_version"] = "3"; }, "format_version");
+    expect([](json& h, json&) { h["__metadata__"].erase("format_version"); }, "derived");
+    expect([](json&, json& d) { d["q_out.initial"]["fill_byte"] = 256; }, "fill_byte");
+    expect([](json&, json& d) { d["q_out.initial"]["fill_byte"] = -1; }, "fill_byte");
+    expect([](json&, json& d) { d["q_out.initial"]["shape"] = {2, 2, 13}; }, "shape");
+    expect([](json&, json& d) { d["q_out.initial"].erase("shape"); }, "shape");
+    expect([](json&, json& d) { d["q_out.initial"]["repeat"] = 1; }, "q_out.initial");
+    expect([](json&, json& d) { d["q_out.initial"] = 5; }, "q_out.initial");
+    expect([](json&, json& d) { d["q_out.expected"]["concat_last"] = {"q_nope"}; }, "concat_last");
+    expect([](json&, json& d) { d["q_out.expected"]["concat_last"] = {"q_nope", "nothing"}; }, "concat_last");
+    expect([](json&, json& d) { d["q_out.expected"]["concat_last"] = {"q_nope", "q_out.initial"}; }, "concat_last");
+    expect([](json&, json& d) { d["q_out.expected"]["concat_last"] = {"q_nope", "kv_c"}; }, "concat_last");
+    expect([](json&, json& d) { d.erase("cache.initial"); }, "cache.initial");
+    expect([](json&, json& d) { d["bogus.initial"] = d["q_out.initial"]; }, "bogus.initial");
+    expect([](json&, json& d) { d["q_nope"] = {{"fill_byte", 1}, {"shape", {2, 2, 8}}}; }, "q_nope");
+    expect([](json& h, json& d) {  // a fill only for *.initial: no small file of huge outputs
+      h.erase("cache.expected");
+      d["cache.expected"] = d["cache.initial"];
+    }, "fill_byte");
+    expect([](json& h, json&) {  // a stored tensor's shape is checked before any recipe is built
+      h["__metadata__"]["repro"] = "tq=2 ts=2 tk=2 h=2 dn=8 dr=4 p=16 bs=2 nb=200000";
+    }, "shape");
+    expect([](json&, json& d) { d = json::array({1}); }, "derived");
   }
 }
 

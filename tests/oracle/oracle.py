@@ -185,11 +185,16 @@ def load_golden(path):
         if isinstance(dtypes, str):
             dtypes = json.loads(dtypes)
         meta = dict(meta, dtypes=dtypes)
+        derived = meta.get("derived", {})
+        if isinstance(derived, str):
+            derived = json.loads(derived)
         tensors = {}
         for name, dt in dtypes.items():
+            if name in derived:
+                continue
             raw = np.load(os.path.join(path, name + ".npy"), allow_pickle=False)
             tensors[name] = _reinterpret(raw, dt, raw.shape)
-        return meta, tensors
+        return meta, _rebuild_derived(path, tensors, dtypes, derived)
     with open(path, "rb") as f:
         blob = f.read()
     if len(blob) < 8:
@@ -219,7 +224,36 @@ def load_golden(path):
             raise ValueError(f"{path}: {name}: safetensors {info['dtype']} vs {dtypes[name]}")
         raw = np.frombuffer(data[begin:end], dtype=np.uint8)
         tensors[name] = _reinterpret(raw, dtypes[name], shape).copy()
-    return meta, tensors
+    return meta, _rebuild_derived(path, tensors, dtypes, json.loads(meta.get("derived", "{}")))
+
+
+def _rebuild_derived(path, tensors, dtypes, derived):
+    """Format version 2: the tensors the file leaves out, from the recipes of its `derived`
+    metadata (docs/golden-format.md): {"fill_byte": B, "shape": S}, every byte B; or
+    {"concat_last": [names], "shape": S}, stored tensors joined along the last axis. A stored
+    tensor named only as a source (q_out.expected.rope) is a part and is dropped."""
+    parts = set()
+    out = dict(tensors)
+    for name, r in derived.items():
+        if name in tensors:
+            raise ValueError(f"{path}: {name} is both stored and derived")
+        shape = tuple(int(d) for d in r["shape"])
+        dt = NP_DTYPES[dtypes[name]]
+        if set(r) == {"fill_byte", "shape"}:
+            raw = np.full(math.prod(shape) * dt.itemsize, int(r["fill_byte"]), dtype=np.uint8)
+            out[name] = raw.view(dt).reshape(shape)
+        elif set(r) == {"concat_last", "shape"}:
+            srcs = [tensors[n] for n in r["concat_last"]]
+            parts.update(r["concat_last"])
+            out[name] = np.concatenate(srcs, axis=-1)
+            if out[name].shape != shape or out[name].dtype != dt:
+                raise ValueError(f"{path}: {name}: recipe gives {out[name].dtype}{out[name].shape}")
+        else:
+            raise ValueError(f"{path}: {name}: unknown recipe {r}")
+    for n in parts:
+        if not (n.endswith(".initial") or n.endswith(".expected") or "." not in n):
+            del out[n]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -124,12 +124,21 @@ def test_golden_write_check_and_read_from_python(ropekv_bin, tmp_path):
     with safe_open(str(path), framework="numpy") as f:
         meta = f.metadata()
     assert meta["format"] == "ropekv-golden"
-    tensors = load_file(str(path))
+    # Data movement is exact: the nope part of q_out is q_nope, bit for bit, so the file stores
+    # only q_out's rope columns and says how q_out.expected is rebuilt.
+    derived = json.loads(meta["derived"])
+    assert derived["q_out.expected"] == {"concat_last": ["q_nope", "q_out.expected.rope"], "shape": [2, 16, 576]}
+    assert load_file(str(path))["q_out.expected.rope"].shape == (2, 16, 64)
+    full = tmp_path / "all.safetensors"
+    run(ropekv_bin, "golden", "write", "--preset", "deepseek-v3-tp8", "--tokens", "2", "--store-all",
+        "--out", str(full), check_rc=0)
+    tensors = load_file(str(full))
     q_out = tensors["q_out.expected"].view(ml_dtypes.bfloat16) if tensors["q_out.expected"].dtype != ml_dtypes.bfloat16 else tensors["q_out.expected"]
     q_nope = tensors["q_nope"]
     assert q_out.shape == (2, 16, 576)
-    # Data movement is exact: the nope part of q_out is q_nope, bit for bit.
     assert np.array_equal(q_out[:, :, :512].view(np.uint16), q_nope.view(np.uint16))
+    assert np.array_equal(q_out[:, :, 512:].view(np.uint16),
+                          load_file(str(path))["q_out.expected.rope"].view(np.uint16))
 
 
 def test_corrupted_golden_one_line_exit_2(ropekv_bin, tmp_path):
@@ -160,7 +169,7 @@ def test_golden_check_finds_a_wrong_expected_value(ropekv_bin, schema, tmp_path)
     import struct
     path = tmp_path / "g.safetensors"
     run(ropekv_bin, "golden", "write", "--repro", "tq=2 ts=2 tk=2 h=2 dn=8 dr=4 p=16 bs=4 nb=1",
-        "--out", str(path), check_rc=0)
+        "--store-all", "--out", str(path), check_rc=0)  # q_out.expected stored whole
     data = bytearray(path.read_bytes())
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])

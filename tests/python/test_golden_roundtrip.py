@@ -46,8 +46,8 @@ def test_fnuz_written_under_safetensors_names_and_torch_loads_them(fnuz_golden):
     t = torch_load(str(fnuz_golden))
     assert t["cache.expected"].dtype == torch.float8_e4m3fnuz
     assert t["q_out.expected"].dtype == torch.float8_e5m2fnuz
-    # the old U8 files still read (data/golden was written before the fnuz names)
-    old = REPO_ROOT / "data" / "golden" / "fp8-e4m3fnuz-reciprocal.safetensors"
+    # the old U8 files still read (written before ropekv used the fnuz names)
+    old = REPO_ROOT / "tests" / "data" / "golden-v1" / "fp8-e4m3fnuz-reciprocal.safetensors"
     assert header_of(old)["cache.expected"]["dtype"] == "U8"
     golden.load(old)
 
@@ -204,12 +204,53 @@ def test_inputs_round_trip_safetensors_and_npy(ropekv_bin, tmp_path):
 def test_preset_golden_is_small_and_table_rows_flag(ropekv_bin, tmp_path):
     small, full = tmp_path / "s.safetensors", tmp_path / "f.safetensors"
     r = run(ropekv_bin, "golden", "write", "--preset", "deepseek-v3", "--tokens", "8", "--out", str(small))
-    assert r.returncode == 0 and " p=4096 " in r.stdout, r.stdout
-    assert small.stat().st_size < 5_000_000
+    assert r.returncode == 0 and " p=2048 " in r.stdout, r.stdout
+    assert small.stat().st_size < 2_000_000
     r = run(ropekv_bin, "golden", "write", "--preset", "deepseek-v3", "--tokens", "8", "--table-rows", "0",
             "--out", str(full))
     assert r.returncode == 0 and " p=163840 " in r.stdout, r.stdout
-    # rows 0..4095 are the preset's own rows
+    # rows 0..2047 are the preset's own rows
     a, b = torch_load(str(small))["cos_sin"], torch_load(str(full))["cos_sin"]
-    assert a.shape[0] == 4096 and torch.equal(a.view(torch.int16), b[:4096].view(torch.int16))
+    assert a.shape[0] == 2048 and torch.equal(a.view(torch.int16), b[:2048].view(torch.int16))
     assert run(ropekv_bin, "golden", "check", str(small), "--backend", "sim").returncode == 0
+
+
+def _doc_block(marker):
+    text = (REPO_ROOT / "docs" / "golden-format.md").read_text()
+    blocks = [b for b in text.split("```python\n")[1:] if marker in b.split("```")[0]]
+    assert len(blocks) == 1, f"docs/golden-format.md: one python block with {marker!r}"
+    return blocks[0].split("```")[0]
+
+
+@pytest.mark.parametrize("repro", [
+    "tq=3 ts=3 tk=3 h=4 dn=16 dr=8 p=32 bs=4 nb=2 cache=fp8_e4m3fn k_scale=0.5",   # q_out.expected derived
+    FNUZ,                                                                          # fp8 q_out: stored whole
+    SPLIT_INPLACE,
+    "tq=5 ts=5 tk=5 h=2 dn=8 dr=4 p=16 bs=8 nb=1 pad_slots=2 pad_q=skipped",       # skipped rows: stored whole
+])
+def test_documented_rebuild_gives_every_tensor_of_store_all(ropekv_bin, tmp_path, monkeypatch, repro):
+    """docs/golden-format.md's plain-safetensors rebuild of the derived tensors, run as written,
+    gives exactly the tensors (names, dtypes, bytes) of the same case written with --store-all."""
+    monkeypatch.chdir(tmp_path)
+    assert run(ropekv_bin, "golden", "write", "--repro", repro, "--out", "dsv3.safetensors").returncode == 0
+    assert run(ropekv_bin, "golden", "write", "--repro", repro, "--store-all", "--out", "all.safetensors").returncode == 0
+    assert (tmp_path / "dsv3.safetensors").stat().st_size < (tmp_path / "all.safetensors").stat().st_size
+    ns = {}
+    exec(compile(_doc_block("derived"), "docs/golden-format.md", "exec"), ns)
+    rebuilt, full = ns["t"], torch_load("all.safetensors")
+    assert sorted(rebuilt) == sorted(full)
+    for name in full:
+        assert rebuilt[name].dtype == full[name].dtype and rebuilt[name].shape == full[name].shape, name
+        assert torch.equal(rebuilt[name].view(torch.uint8), full[name].view(torch.uint8)), name
+    assert header_of(tmp_path / "dsv3.safetensors")["__metadata__"]["format_version"] == "2"
+
+
+def test_version_1_golden_files_still_read(ropekv_bin):
+    """Files written before format version 2 (every tensor stored, no format_version) load and
+    pass golden check on the reference, from the CLI and from Python."""
+    for path in sorted((REPO_ROOT / "tests" / "data" / "golden-v1").glob("*.safetensors")):
+        assert "format_version" not in header_of(path)["__metadata__"]
+        r = run(ropekv_bin, "golden", "check", str(path), "--backend", "ref")
+        assert r.returncode == 0 and r.stdout.strip().endswith("1 passed, 0 failed"), r.stdout
+        g = golden.load(path)
+        ropekv.compare(g.case, g.expected, bitwise=True).assert_ok()
