@@ -395,6 +395,11 @@ ROPEKV_DEVICE rk_side_scale rk_k_scale(const rk_params& p) {
 ROPEKV_DEVICE rk_side_scale rk_q_scale(const rk_params& p) {
   return rk_scale_of(p.q_scale_ptr, p.q_scale, p.q_inv_scale, p.q_mul, p.reciprocal);
 }
+// The k scale a thread's fp8 cache stores use, resolved once at the thread's start (a scale
+// tensor is loaded once, not per 8-value pack); unused (no load) for a 16-bit cache.
+ROPEKV_DEVICE rk_side_scale rk_k_scale_for(const rk_params& p, int32_t ct) {
+  return rk_is_fp8(ct) ? rk_k_scale(p) : rk_side_scale{1.0f, 1.0f, 1};
+}
 
 // fp32 value -> output bits, with the fp8 scale applied (data movement and rope alike).
 // mul: p.k_mul or p.q_mul (multiply by inv_scale, else divide by scale).
@@ -778,10 +783,9 @@ ROPEKV_DEVICE uint32_t rk_encode_fp8x2(int32_t ct, float lo, float hi) {
     default: return 0xffffffffu;  // unreachable: callers pass an fp8 format
   }
 }
-// 8 fp32 values of the k side -> 8 codes of fp8 format ct in o[0..1], k_scale applied as
-// rk_to_output applies it.
-ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
-  const rk_side_scale ks = rk_k_scale(p);
+// 8 fp32 values of the k side -> 8 codes of fp8 format ct in o[0..1], k_scale (ks, resolved
+// once per thread: rk_k_scale_for) applied as rk_to_output applies it.
+ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_side_scale& ks, int32_t ct, uint32_t* o) {
   float s[8];
   ROPEKV_UNROLL
   for (int m = 0; m < 8; ++m) s[m] = ks.mul ? ROPEKV_FMUL_RN(v[m], ks.inv_scale) : ROPEKV_FDIV_RN(v[m], ks.scale);
@@ -789,9 +793,9 @@ ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_params& p, int32_t ct
   o[1] = rk_encode_fp8x2(ct, s[4], s[5]) | (rk_encode_fp8x2(ct, s[6], s[7]) << 16);
 }
 
-ROPEKV_DEVICE void rk_pack8(const float* v, const rk_params& p, int32_t ct, uint32_t* o) {
+ROPEKV_DEVICE void rk_pack8(const float* v, const rk_side_scale& ks, int32_t ct, uint32_t* o) {
   if (rk_is_fp8(ct)) {
-    rk_fp8_pack8_k(v, p, ct, o);
+    rk_fp8_pack8_k(v, ks, ct, o);
   } else {
     o[0] = o[1] = o[2] = o[3] = 0u;
     ROPEKV_UNROLL
@@ -855,15 +859,15 @@ ROPEKV_DEVICE void rk_store_q_rope_unit(int32_t qt, bool neox, char* out_pe, int
 }
 
 // A rotated rope unit into the rope part of cache entry `slot` (dtype ct, k_scale for fp8).
-ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, int32_t ct, bool neox, int64_t slot,
-                                            int32_t unit, const float* ra, const float* rb) {
+ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, const rk_side_scale& ks, int32_t ct, bool neox,
+                                            int64_t slot, int32_t unit, const float* ra, const float* rb) {
   const int c_bytes8 = 8 * rk_size_bytes(ct);  // bytes of 8 cache elements: 16 or 8
   char* dst = p.cache.entry(p.cache.rope, slot);
   uint32_t o[4];
-  rk_pack8(ra, p, ct, o);
+  rk_pack8(ra, ks, ct, o);
   p.cache.store(p.cache.feature(dst, static_cast<int64_t>(unit) * 8), c_bytes8, o);
   if (neox) {
-    rk_pack8(rb, p, ct, o);
+    rk_pack8(rb, ks, ct, o);
     p.cache.store(p.cache.feature(dst, p.dr / 2 + static_cast<int64_t>(unit) * 8), c_bytes8, o);
   }
 }
@@ -871,7 +875,7 @@ ROPEKV_DEVICE void rk_store_cache_rope_unit(const rk_params& p, int32_t ct, bool
 // 8 kv nope elements (one 16-byte chunk, kt) into the cache dtype ct: 16 bytes (same 16-bit
 // dtype, NaN canonicalised) or 8 bytes (fp8, k_scale applied); returns the bytes to store from w.
 // With kt = ct = q's dtype it is also the q nope chunk (the canonicalisation only).
-ROPEKV_DEVICE int rk_cache_chunk8(const rk_params& p, int32_t kt, int32_t ct, uint32_t* w) {
+ROPEKV_DEVICE int rk_cache_chunk8(const rk_side_scale& ks, int32_t kt, int32_t ct, uint32_t* w) {
   if (!rk_is_fp8(ct)) {
     rk_canon_nan16x8(w, ct);
     return 16;
@@ -879,7 +883,7 @@ ROPEKV_DEVICE int rk_cache_chunk8(const rk_params& p, int32_t kt, int32_t ct, ui
   float v[8];
   ROPEKV_UNROLL
   for (int m = 0; m < 8; ++m) v[m] = rk_decode(kt, rk_lane16(w, m));
-  rk_fp8_pack8_k(v, p, ct, w);
+  rk_fp8_pack8_k(v, ks, ct, w);
   return 8;
 }
 
@@ -964,7 +968,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
     if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
     rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
     char* dst = p.cache.feature(p.cache.entry(p.cache.nope, slot), static_cast<int64_t>(j) * 8);
-    p.cache.store(dst, rk_cache_chunk8(p, kt, ct, wa), wa);
+    p.cache.store(dst, rk_cache_chunk8(rk_k_scale_for(p, ct), kt, ct, wa), wa);
     return;
   }
   if (!rk_v3_position(p, t, &pos)) return;
@@ -974,7 +978,7 @@ ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
   if (neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
   rk_load_cos_sin_unit(p, tt, neox, pos, u, cs, sn);
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  rk_store_cache_rope_unit(p, ct, neox, slot, u, ra, rb);
+  rk_store_cache_rope_unit(p, rk_k_scale_for(p, ct), ct, neox, slot, u, ra, rb);
 }
 
 // The fast_v3 kernel body: grid.x * blockDim.x >= chunks of one token, grid.y strides tokens.
@@ -1161,6 +1165,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr]
   const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
   int64_t pos = rope_lane ? rk_load_index(p.positions, t, p.positions_s0, p.positions_i64) : 0;
+  const rk_side_scale ks = rk_k_scale_for(p, ct);
   uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
   if (rope_lane) {
     rk_load_words(kpe_row + lane * 16, 16, wa);
@@ -1183,7 +1188,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = (k * split + part) * 32 + lane;
     if (j < nc && rk_v3_nope_written(j, nc)) {
-      const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
+      const int bytes = rk_cache_chunk8(ks, kt, ct, w[k]);
       p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
     }
   }
@@ -1197,7 +1202,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * split * 32;
       if (j < nc && rk_v3_nope_written(j, nc)) {
-        const int bytes = rk_cache_chunk8(p, kt, ct, w[k]);
+        const int bytes = rk_cache_chunk8(ks, kt, ct, w[k]);
         p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
       }
     }
@@ -1205,7 +1210,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  rk_store_cache_rope_unit(p, ct, neox, slot, lane, ra, rb);
+  rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
 }
 
 // The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its
