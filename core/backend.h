@@ -43,4 +43,20 @@ class backend {
 
 using backend_factory = std::function<std::unique_ptr<backend>()>;
 
+// Runs device code on a copy of a case: mirrors the host regions into device memory (each at
+// the same address modulo 256 as on the host, so a kernel sees the same alignment), calls
+// `launch` with the args rebased there (every present view on_device) and a stream, waits for
+// the stream, and copies every region back whole. The GPU backend implements it; a backend that
+// runs someone else's device code (a plugin) is handed one by the CLI, the one place that knows
+// every backend. Errors (allocation, copies, a kernel fault found at the wait) throw ropekv::error.
+class device_mirror {
+ public:
+  virtual ~device_mirror() = default;
+  // "" when a device can be used, else why not ("hip: no GPU visible").
+  virtual std::string unavailable_reason() const = 0;
+  virtual void run(const op_args& host_args, const std::vector<memory_region>& regions,
+                   const std::function<void(const op_args& device_args, void* stream)>& launch) = 0;
+};
+using device_mirror_factory = std::function<std::unique_ptr<device_mirror>()>;
+
 }  // namespace ropekv

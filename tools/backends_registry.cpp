@@ -83,7 +83,11 @@ backend_factory find_backend(std::string_view name) {
   if (canon == "sim") return [] { return make_sim_backend(); };
   if (is_plugin_name(canon)) {
     std::string path = canon.substr(plugin_prefix.size());
+#if ROPEKV_HAVE_HIP
+    return [path] { return make_plugin_backend(path, make_hip_device_mirror); };
+#else
     return [path] { return make_plugin_backend(path); };
+#endif
   }
 #if ROPEKV_HAVE_HIP
   if (canon == "hip") return [] { return make_hip_backend(); };

@@ -13,6 +13,9 @@ namespace ropekv {
 // Always returns a backend; without a usable GPU its unsupported_reason() says
 // "not supported: hip: <why>" for every case.
 std::unique_ptr<backend> make_hip_backend();
+// The GPU's device_mirror (core/backend.h): a plugin that wants GPU memory runs through it.
+// Creating one touches no device; its first run does.
+std::unique_ptr<device_mirror> make_hip_device_mirror();
 // "" when a GPU can be used, else why not (no device, driver error).
 std::string hip_unavailable_reason();
 

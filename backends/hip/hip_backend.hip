@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,21 +56,15 @@ void check(hipError_t e, const char* what) {
   if (e != hipSuccess) throw error(std::string("hip: ") + what + ": " + hipGetErrorString(e));
 }
 
-class hip_backend final : public backend {
+// The device copy of a case: one allocation, grown on demand and kept between calls.
+class hip_device_mirror final : public device_mirror {
  public:
-  ~hip_backend() override {
+  ~hip_device_mirror() override {
     if (device_buffer_ != nullptr) (void)hipFree(device_buffer_);
   }
-  std::string name() const override { return "hip"; }
-  std::string unsupported_reason(const op_args& args) const override {
-    const std::string no_gpu = hip_unavailable_reason();
-    if (!no_gpu.empty()) return "not supported: " + no_gpu;
-    return ropekv_gpu::rk_unsupported_reason(args);
-  }
-  void run_host(const op_args& args, const std::vector<memory_region>& regions) override {
-    validate(args, /*check_values=*/true);
-    const std::string why = unsupported_reason(args);
-    if (!why.empty()) throw unsupported_error(why);
+  std::string unavailable_reason() const override { return hip_unavailable_reason(); }
+  void run(const op_args& host_args, const std::vector<memory_region>& regions,
+           const std::function<void(const op_args& device_args, void* stream)>& launch) override {
     // Lay the regions out in one device allocation, each at the same address modulo 256 as on
     // the host, so the kernel sees the same alignment (and takes the same vector paths).
     std::vector<size_t> offsets(regions.size());
@@ -92,13 +87,34 @@ class hip_backend final : public backend {
     for (size_t i = 0; i < regions.size(); ++i)
       check(hipMemcpy(dev + offsets[i], regions[i].base, regions[i].size_bytes, hipMemcpyHostToDevice),
             "hipMemcpy to device");
-    const op_args d = rebase_to_device(args, regions, offsets, dev);
-    variant_ = hip_variant(d);
-    hip_launch(d, nullptr);
+    launch(rebase_to_device(host_args, regions, offsets, dev), /*stream=*/nullptr);
     check(hipDeviceSynchronize(), "kernel execution");
     for (size_t i = 0; i < regions.size(); ++i)
       check(hipMemcpy(regions[i].base, dev + offsets[i], regions[i].size_bytes, hipMemcpyDeviceToHost),
             "hipMemcpy to host");
+  }
+
+ private:
+  void* device_buffer_ = nullptr;  // cached mirror of the regions, grown on demand
+  size_t capacity_bytes_ = 0;
+};
+
+class hip_backend final : public backend {
+ public:
+  std::string name() const override { return "hip"; }
+  std::string unsupported_reason(const op_args& args) const override {
+    const std::string no_gpu = hip_unavailable_reason();
+    if (!no_gpu.empty()) return "not supported: " + no_gpu;
+    return ropekv_gpu::rk_unsupported_reason(args);
+  }
+  void run_host(const op_args& args, const std::vector<memory_region>& regions) override {
+    validate(args, /*check_values=*/true);
+    const std::string why = unsupported_reason(args);
+    if (!why.empty()) throw unsupported_error(why);
+    mirror_.run(args, regions, [this](const op_args& d, void* stream) {
+      variant_ = hip_variant(d);
+      hip_launch(d, stream);
+    });
   }
   std::string last_variant() const override { return variant_; }
   std::string device_description() const override {
@@ -114,8 +130,7 @@ class hip_backend final : public backend {
   }
 
  private:
-  void* device_buffer_ = nullptr;  // cached mirror of the regions, grown on demand
-  size_t capacity_bytes_ = 0;
+  hip_device_mirror mirror_;
   std::string variant_;
 };
 
@@ -156,6 +171,10 @@ std::string hip_unavailable_reason() {
 
 std::unique_ptr<backend> make_hip_backend() {
   return std::make_unique<hip_backend>();
+}
+
+std::unique_ptr<device_mirror> make_hip_device_mirror() {
+  return std::make_unique<hip_device_mirror>();
 }
 
 std::string hip_variant(const op_args& args) {

@@ -124,7 +124,7 @@ std::string read_message(const std::vector<char>& buf) {
 
 class plugin_backend final : public backend {
  public:
-  explicit plugin_backend(const std::string& path) : path_(path) {
+  plugin_backend(const std::string& path, device_mirror_factory gpu) : path_(path), gpu_(std::move(gpu)) {
     const std::string arg = "plugin " + path;
     dlerror();
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -167,11 +167,15 @@ class plugin_backend final : public backend {
       return "not supported: scales as tensors (the plugin ABI takes k_scale and q_scale as floats)";
     }
     if (device_ == ROPEKV_DEVICE_GPU) {
-      // A GPU plugin needs device mirrors of the case (backends/hip does them for its own kernel);
-      // this backend hands over host memory only.
-      return "not supported: plugin wants a GPU, this ropekv has no GPU backend for plugins";
+      // A GPU plugin runs on device copies of the case (the GPU backend's device_mirror).
+      if (!gpu_) {
+        return "not supported: the plugin wants GPU memory and this ropekv has no GPU backend "
+               "(configure with -DROPEKV_GPU=nvidia or amd)";
+      }
+      const std::string no_gpu = mirror().unavailable_reason();
+      if (!no_gpu.empty()) return "not supported: the plugin wants GPU memory: " + no_gpu;
     }
-    ropekv_plugin_args pa = to_plugin_args(args);
+    const ropekv_plugin_args pa = plugin_view(args);
     std::vector<char> why(512, '\0');
     const int ok = supports_(&pa, why.data(), why.size());
     if (ok == 1) return {};
@@ -185,9 +189,37 @@ class plugin_backend final : public backend {
     validate(args);  // a failed call writes nothing; the plugin only sees valid calls
     std::string why = unsupported_reason(args);
     if (!why.empty()) throw unsupported_error(why);
+    if (device_ == ROPEKV_DEVICE_GPU) {
+      mirror().run(args, regions, [this](const op_args& device_args, void* stream) { call_run(device_args, stream); });
+    } else {
+      call_run(args, nullptr);
+    }
+  }
+
+  std::string device_description() const override {
+    return fmt::format("plugin {} ({} memory, ABI {})", path_, device_ == ROPEKV_DEVICE_GPU ? "GPU" : "host",
+                       ROPEKV_PLUGIN_ABI_VERSION);
+  }
+
+ private:
+  // The args as the plugin sees them in supports(): for a GPU plugin every present tensor says
+  // ROPEKV_DEVICE_GPU; its data pointer is then the host copy's (same alignment modulo 256 as
+  // the device copy run() gets), never to be dereferenced.
+  ropekv_plugin_args plugin_view(const op_args& args) const {
     ropekv_plugin_args pa = to_plugin_args(args);
+    if (device_ == ROPEKV_DEVICE_GPU) {
+      for (ropekv_tensor* t : {&pa.q_nope, &pa.q_pe, &pa.kv_c, &pa.k_pe, &pa.positions, &pa.slot_mapping,
+                               &pa.cos_sin, &pa.cos, &pa.sin, &pa.q_out, &pa.cache, &pa.ckv_cache, &pa.kpe_cache})
+        if (t->rank > 0) t->device = ROPEKV_DEVICE_GPU;
+    }
+    return pa;
+  }
+
+  // One call of the plugin's run on `args` (host views, or device views from the mirror).
+  void call_run(const op_args& args, void* stream) {
+    const ropekv_plugin_args pa = to_plugin_args(args);
     std::vector<char> msg(1024, '\0');
-    const int rc = run_(&pa, nullptr, msg.data(), msg.size());
+    const int rc = run_(&pa, stream, msg.data(), msg.size());
     if (rc == ROPEKV_PLUGIN_OK) return;
     std::string text = read_message(msg);
     if (rc == ROPEKV_PLUGIN_UNSUPPORTED) {
@@ -197,13 +229,16 @@ class plugin_backend final : public backend {
                             text.empty() ? "(no message)" : text));
   }
 
-  std::string device_description() const override {
-    return fmt::format("plugin {} ({} memory, ABI {})", path_, device_ == ROPEKV_DEVICE_GPU ? "GPU" : "host",
-                       ROPEKV_PLUGIN_ABI_VERSION);
+  // The device copy of cases for a GPU plugin, made on first use (so a process that only
+  // forks isolated children never touches the GPU itself).
+  device_mirror& mirror() const {
+    if (!mirror_) mirror_ = gpu_();
+    return *mirror_;
   }
 
- private:
   std::string path_;
+  device_mirror_factory gpu_;
+  mutable std::unique_ptr<device_mirror> mirror_;
   void* handle_ = nullptr;
   ropekv_plugin_supports_fn supports_ = nullptr;
   ropekv_plugin_run_fn run_ = nullptr;
@@ -244,8 +279,8 @@ ropekv_plugin_args to_plugin_args(const op_args& a) {
   return p;
 }
 
-std::unique_ptr<backend> make_plugin_backend(const std::string& path) {
-  return std::make_unique<plugin_backend>(path);
+std::unique_ptr<backend> make_plugin_backend(const std::string& path, device_mirror_factory gpu) {
+  return std::make_unique<plugin_backend>(path, std::move(gpu));
 }
 
 }  // namespace ropekv

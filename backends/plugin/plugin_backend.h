@@ -13,8 +13,10 @@ namespace ropekv {
 // Loads the library at `path` (dlopen; a path without '/' is searched like dlopen does) and
 // checks its entry points and ABI version. Throws arg_error naming "plugin PATH" with expected
 // vs got (not loadable, a symbol missing, another ABI version). The library stays loaded.
-// The backend's name is "plugin:PATH".
-std::unique_ptr<backend> make_plugin_backend(const std::string& path);
+// The backend's name is "plugin:PATH". `gpu` makes the device copies a plugin that wants GPU
+// memory (ropekv_plugin_device() == ROPEKV_DEVICE_GPU) runs on; without it such a plugin's
+// cases are "not supported".
+std::unique_ptr<backend> make_plugin_backend(const std::string& path, device_mirror_factory gpu = {});
 
 // The ABI descriptor of `args` (every view: data, dtype code, rank, sizes, strides in elements,
 // device kind). Throws error for a dtype or option without an ABI code (none today).

@@ -127,13 +127,20 @@ typedef struct ropekv_plugin_args {
 /* Returns ROPEKV_PLUGIN_ABI_VERSION of the header the plugin was compiled with. */
 typedef int (*ropekv_plugin_abi_version_fn)(void);
 /* 1 when the plugin covers these args; 0 when not, with a reason in `why`
- * ("not supported: fp8 q_out"). Must not write any tensor. */
+ * ("not supported: fp8 q_out"). Must not write any tensor. For a GPU plugin the tensors say
+ * ROPEKV_DEVICE_GPU but point at ropekv's host copy of the case, which has the same alignment
+ * modulo 256 as the device copy run() gets: read sizes, strides, dtypes and alignment, never the
+ * data. */
 typedef int (*ropekv_plugin_supports_fn)(const ropekv_plugin_args* args, char* why, size_t why_size);
 /* Runs the op. `stream`: NULL for a host plugin; the hipStream_t / cudaStream_t for a GPU one.
  * Returns ROPEKV_PLUGIN_OK, or another ROPEKV_PLUGIN_* code with a message in `msg`. */
 typedef int (*ropekv_plugin_run_fn)(const ropekv_plugin_args* args, void* stream, char* msg,
                                     size_t msg_size);
-/* ROPEKV_DEVICE_HOST or ROPEKV_DEVICE_GPU: where the plugin wants its tensors. */
+/* ROPEKV_DEVICE_HOST or ROPEKV_DEVICE_GPU: where the plugin wants its tensors. A GPU plugin
+ * needs a GPU build of ropekv (hip backend): ropekv copies each case to device memory, calls
+ * run() with device pointers and its stream, waits for the stream and copies the case back; its
+ * slots and positions were checked on the host before. Without a GPU build or a visible GPU its
+ * cases are "not supported". */
 typedef int (*ropekv_plugin_device_fn)(void);
 
 #define ROPEKV_PLUGIN_SYMBOL_ABI_VERSION "ropekv_plugin_abi_version"

@@ -4,6 +4,8 @@
 // found and shrunk, the crashing one under --isolate.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -116,6 +118,45 @@ TEST_CASE("plugin backend: a plugin's no is SKIPPED, its error is ERRORED with t
   CHECK(err.rc == 1);
   CHECK(has(err.out, "ropekv_plugin_run returned 1: workspace of"));
   CHECK(has(err.out, "replay: ropekv fuzz --backends ref,plugin:" + test_plugin("run_error") + " --repro '"));
+}
+
+namespace {
+// A device_mirror whose "device" is host memory: it marks every view on_device, hands a stream
+// handle of its own, and counts the runs (the plugin backend's GPU path without a GPU).
+struct fake_mirror final : device_mirror {
+  std::string no_gpu;
+  int* runs;
+  fake_mirror(std::string why, int* counter) : no_gpu(std::move(why)), runs(counter) {}
+  std::string unavailable_reason() const override { return no_gpu; }
+  void run(const op_args& host_args, const std::vector<memory_region>& regions,
+           const std::function<void(const op_args&, void*)>& launch) override {
+    ++*runs;
+    op_args d = host_args;
+    for (const auto& [name, view] : named_tensors(d)) const_cast<tensor_view*>(view)->on_device = true;
+    launch(d, reinterpret_cast<void*>(uintptr_t{0x1234}));
+  }
+};
+}  // namespace
+
+TEST_CASE("plugin backend: a GPU plugin runs through the device mirror, or is not supported without one") {
+  const std::string gpu = test_plugin("gpu");
+  case_data c = make_case(parse_problem("tq=1 ts=1 tk=1 h=2 dn=8 dr=4 p=8 bs=4 nb=2"));
+  // no GPU backend in this ropekv: every case is not supported, saying why
+  auto none = make_plugin_backend(gpu);
+  CHECK(has(none->unsupported_reason(c.args), "not supported: the plugin wants GPU memory and this ropekv has no GPU backend"));
+  CHECK(has(none->device_description(), "GPU memory"));
+  // a GPU backend that sees no GPU
+  int runs = 0;
+  auto blind = make_plugin_backend(gpu, [&] { return std::make_unique<fake_mirror>("hip: no GPU visible", &runs); });
+  CHECK(blind->unsupported_reason(c.args) == "not supported: the plugin wants GPU memory: hip: no GPU visible");
+  CHECK_THROWS_AS(blind->run_host(c.args, c.regions()), unsupported_error);
+  CHECK(runs == 0);
+  // with a device: supports() sees GPU tensors; run() gets the mirror's device views and stream
+  auto dev = make_plugin_backend(gpu, [&] { return std::make_unique<fake_mirror>("", &runs); });
+  CHECK(dev->unsupported_reason(c.args) == "");
+  CHECK_THROWS_WITH_AS(dev->run_host(c.args, c.regions()),
+                       doctest::Contains("run saw q_out.device=1 kv_c.device=1 stream=0x1234"), error);
+  CHECK(runs == 1);
 }
 
 TEST_CASE("plugin backend: the example plugin passes, its planted bug is found and shrunk") {

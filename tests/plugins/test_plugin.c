@@ -4,6 +4,9 @@
  *   PLUGIN_ABI=N:        reports ABI version N
  *   PLUGIN_RUN_ERROR:    supports everything, run returns ROPEKV_PLUGIN_ERROR with a message
  *   PLUGIN_SAYS_NO:      supports nothing ("not supported: this test plugin runs nothing")
+ *   PLUGIN_GPU:          wants GPU memory; supports a case only when every tensor says
+ *                        ROPEKV_DEVICE_GPU; run returns ROPEKV_PLUGIN_ERROR saying what it got
+ *                        (the device kinds and the stream), so a test sees how it was called
  */
 #include <stdio.h>
 
@@ -15,9 +18,19 @@
 
 ROPEKV_PLUGIN_EXPORT int ropekv_plugin_abi_version(void) { return PLUGIN_ABI; }
 
+#ifdef PLUGIN_GPU
+ROPEKV_PLUGIN_EXPORT int ropekv_plugin_device(void) { return ROPEKV_DEVICE_GPU; }
+#endif
+
 ROPEKV_PLUGIN_EXPORT int ropekv_plugin_supports(const ropekv_plugin_args* args, char* why, size_t why_size) {
   (void)args;
-#ifdef PLUGIN_SAYS_NO
+#if defined(PLUGIN_GPU)
+  if (args->q_out.device != ROPEKV_DEVICE_GPU || args->kv_c.device != ROPEKV_DEVICE_GPU) {
+    snprintf(why, why_size, "not supported: a tensor not in GPU memory");
+    return 0;
+  }
+  return 1;
+#elif defined(PLUGIN_SAYS_NO)
   snprintf(why, why_size, "not supported: this test plugin runs nothing");
   return 0;
 #else
@@ -29,6 +42,11 @@ ROPEKV_PLUGIN_EXPORT int ropekv_plugin_supports(const ropekv_plugin_args* args, 
 
 #ifndef PLUGIN_NO_RUN
 ROPEKV_PLUGIN_EXPORT int ropekv_plugin_run(const ropekv_plugin_args* args, void* stream, char* msg, size_t msg_size) {
+#ifdef PLUGIN_GPU
+  snprintf(msg, msg_size, "run saw q_out.device=%d kv_c.device=%d stream=%p", (int)args->q_out.device,
+           (int)args->kv_c.device, stream);
+  return ROPEKV_PLUGIN_ERROR;
+#endif
   (void)stream;
   snprintf(msg, msg_size, "workspace of %lld tokens exhausted", (long long)args->q_out.sizes[0]);
   return ROPEKV_PLUGIN_ERROR;
