@@ -103,6 +103,11 @@ std::map<std::string, size_t> buffer_sizes(const problem& p) {
     s["kpe_cache"] = bytes_of(p.num_blocks * l.block_stride[1], p.cache_dtype);
   }
   if (p.scales == scale_storage::tensor) s["k_scale"] = s["q_scale"] = sizeof(float);
+  // Decode outputs: rows padded like the inputs' (row_pad), poisoned like every output.
+  const int64_t dec_rows = p.dec_tokens * p.heads;
+  if (p.dec_q_pe) s["decode_q_pe_out"] = bytes_of(dec_rows * (p.dr + p.row_pad_elems), p.in_dtype);
+  if (p.dec_zeros) s["q_nope_zeros_out"] = bytes_of(dec_rows * (p.dn + p.row_pad_elems), p.in_dtype);
+  if (p.dec_k_pe) s["k_pe_out"] = bytes_of(p.tk * (p.dr + p.row_pad_elems), p.in_dtype);
   return s;
 }
 
@@ -160,6 +165,19 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
     a.k_scale = p.k_scale;
     a.q_scale = p.q_scale;
   }
+  // Decode outputs [N, H, D]: token-major, or head-major memory [H, N, D] like q with
+  // q_layout=head_major (so both orders of the outer strides are exercised).
+  const int64_t N = p.dec_tokens;
+  auto decode_view = [&](const char* name, int64_t width) {
+    const int64_t row = width + p.row_pad_elems;
+    if (p.q_layout == q_storage::token_major)
+      return make_view(p.in_dtype, buf(b, name), {N, H, width}, {H * row, row, 1});
+    return make_view(p.in_dtype, buf(b, name), {N, H, width}, {row, N * row, 1});
+  };
+  if (p.dec_q_pe) a.decode_q_pe_out = decode_view("decode_q_pe_out", p.dr);
+  if (p.dec_zeros) a.q_nope_zeros_out = decode_view("q_nope_zeros_out", p.dn);
+  if (p.dec_k_pe)
+    a.k_pe_out = make_view(p.in_dtype, buf(b, "k_pe_out"), {p.tk, p.dr}, {p.dr + p.row_pad_elems, 1});
   a.options = p.opt;
   return a;
 }

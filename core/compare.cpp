@@ -420,15 +420,46 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   value_region q_nope_r("q_out.nope", region_rule::exact, args.q_out.type);
   value_region q_rope_r("q_out.rope", region_rule::rope, args.q_out.type);
   value_region q_inpl_r("q_pe.inplace", region_rule::rope, args.q_pe.type);
+  // Decode outputs (core/SPEC.md "Decode outputs"): rows t < N of a computed q row.
+  const bool dec_q = args.decode_q_pe_out.present(), dec_z = args.q_nope_zeros_out.present();
+  const bool dec_k = args.k_pe_out.present();
+  const int64_t n_dec = num_decode_tokens(args);
+  value_region dec_q_r("decode_q_pe_out", region_rule::rope, args.q_pe.type);
+  value_region dec_z_r("q_nope_zeros_out", region_rule::exact, args.q_nope.type);
+  value_region dec_k_r("k_pe_out", region_rule::rope, args.k_pe.type);
   if (tq > 0) {
     tensor_view qa = view_in(args.q_out, a, "q_out"), qb = view_in(args.q_out, b, "q_out");
     tensor_view pa = view_in(args.q_pe, a, "q_pe"), pb = view_in(args.q_pe, b, "q_pe");
     comparer::marker q_mark = cmp.marker_for(args.q_out, "q_out");
     comparer::marker qpe_mark = cmp.marker_for(args.q_pe, "q_pe");
+    tensor_view da, db, za, zb;
+    comparer::marker dec_q_mark, dec_z_mark;
+    if (dec_q && n_dec > 0) {
+      da = view_in(args.decode_q_pe_out, a, "decode_q_pe_out");
+      db = view_in(args.decode_q_pe_out, b, "decode_q_pe_out");
+      dec_q_mark = cmp.marker_for(args.decode_q_pe_out, "decode_q_pe_out");
+    }
+    if (dec_z && n_dec > 0) {
+      za = view_in(args.q_nope_zeros_out, a, "q_nope_zeros_out");
+      zb = view_in(args.q_nope_zeros_out, b, "q_nope_zeros_out");
+      dec_z_mark = cmp.marker_for(args.q_nope_zeros_out, "q_nope_zeros_out");
+    }
     const float qs = q_scale_of(args);
     for (int64_t t = 0; t < tq; ++t) {
       if (o.padding == pad_q::skipped && slots[t] < 0) continue;
+      const bool dec_row = t < n_dec;
       for (int64_t h = 0; h < heads; ++h) {
+        if (dec_row && dec_z) {
+          // The zero buffer: +0 bits in both runs (the contract's value, not only a == b).
+          for (int64_t d = 0; d < dn; ++d) {
+            const uint32_t ba = bits_at(za, {t, h, d}), bb = bits_at(zb, {t, h, d});
+            dec_z_r.compare_exact(0u, bb, true, opt, [&] { return fmt::format("token={} head={} dim={}", t, h, d); });
+            if (ba != 0u)
+              dec_z_r.compare_exact(0u, ba, true, opt,
+                                    [&] { return fmt::format("token={} head={} dim={} [run a]", t, h, d); });
+            dec_z_mark.mark(args.q_nope_zeros_out, {t, h, d});
+          }
+        }
         for (int64_t d = 0; d < dn; ++d) {
           bool zero = read_value(args.q_nope, {t, h, d}) == 0.0;
           q_nope_r.compare_exact(bits_at(qa, {t, h, d}), bits_at(qb, {t, h, d}), zero, opt, [&] {
@@ -448,6 +479,12 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
             q_inpl_r.compare_rope(bits_at(pa, {t, h, j}), bits_at(pb, {t, h, j}), e_in, zero, opt,
                              [&] { return fmt::format("token={} head={} dim={}", t, h, j); });
             qpe_mark.mark(args.q_pe, {t, h, j});
+          }
+          if (dec_row && dec_q) {  // rounded like an in-place value: q's dtype, no scale
+            const rope_element e_d = rope_element_of(args, ro, args.q_pe.type, args.q_pe.type, 1.0f);
+            dec_q_r.compare_rope(bits_at(da, {t, h, j}), bits_at(db, {t, h, j}), e_d, zero, opt,
+                                 [&] { return fmt::format("token={} head={} dim={}", t, h, j); });
+            dec_q_mark.mark(args.decode_q_pe_out, {t, h, j});
           }
         }
       }
@@ -473,11 +510,17 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     }
     comparer::marker nope_mark = cmp.marker_for(joint ? args.cache : args.ckv_cache, "cache");
     comparer::marker rope_mark = cmp.marker_for(joint ? args.cache : args.kpe_cache, "kpe_cache");
-    comparer::marker kpe_mark;
+    comparer::marker kpe_mark, kout_mark;
+    tensor_view koa, kob;
     if (ts > 0) {
       ka = view_in(args.k_pe, a, "k_pe");
       kb = view_in(args.k_pe, b, "k_pe");
       kpe_mark = cmp.marker_for(args.k_pe, "k_pe");
+      if (dec_k) {
+        koa = view_in(args.k_pe_out, a, "k_pe_out");
+        kob = view_in(args.k_pe_out, b, "k_pe_out");
+        kout_mark = cmp.marker_for(args.k_pe_out, "k_pe_out");
+      }
     }
     // Where feature d of a part of slot s lives in its tensor's own index space [block, entry,
     // feature] (core/cache_map.h): the row layouts keep entries as rows; a shuffled block is one
@@ -525,6 +568,12 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
                            [&] { return fmt::format("token={} dim={}", t, j); });
           kpe_mark.mark(args.k_pe, {t, j});
         }
+        if (dec_k) {  // the rows inplace_k writes, in k_pe's dtype, no scale
+          const rope_element e_o = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
+          dec_k_r.compare_rope(bits_at(koa, {t, j}), bits_at(kob, {t, j}), e_o, zero, opt,
+                               [&] { return fmt::format("token={} dim={}", t, j); });
+          kout_mark.mark(args.k_pe_out, {t, j});
+        }
       }
     }
   }
@@ -532,6 +581,9 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   std::vector<value_region*> value_regions = {&q_nope_r, &q_rope_r, &c_nope_r, &c_rope_r};
   if (o.inplace_q) value_regions.push_back(&q_inpl_r);
   if (o.inplace_k) value_regions.push_back(&k_inpl_r);
+  if (dec_q) value_regions.push_back(&dec_q_r);
+  if (dec_z) value_regions.push_back(&dec_z_r);
+  if (dec_k) value_regions.push_back(&dec_k_r);
   for (value_region* r : value_regions) {
     r->finish(opt);
     report.regions.push_back(std::move(r->rep));
@@ -539,7 +591,8 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
 
   // Every byte not written: untouched (outputs) or unchanged (inputs), in both runs.
   // Output buffers (core/case_data.h names); every other buffer holds inputs.
-  const std::vector<std::string> output_buffers = {"q_out", "cache", "ckv_cache", "kpe_cache"};
+  const std::vector<std::string> output_buffers = {"q_out",           "cache",    "ckv_cache",       "kpe_cache",
+                                                   "decode_q_pe_out", "k_pe_out", "q_nope_zeros_out"};
   region_report guards;
   guards.name = "guards";
   guards.rule = region_rule::bytes;

@@ -284,6 +284,10 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& p) {
       s.push_back({std::string("ckv_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dn}});
       s.push_back({std::string("kpe_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dr}});
     }
+    // decode outputs (core/SPEC.md "Decode outputs"), those the repro's dec_out passes
+    if (p.dec_q_pe) s.push_back({std::string("decode_q_pe_out") + when, p.in_dtype, {p.dec_tokens, p.heads, p.dr}});
+    if (p.dec_k_pe) s.push_back({std::string("k_pe_out") + when, p.in_dtype, {p.tk, p.dr}});
+    if (p.dec_zeros) s.push_back({std::string("q_nope_zeros_out") + when, p.in_dtype, {p.dec_tokens, p.heads, p.dn}});
   }
   if (p.opt.inplace_q) s.push_back({"q_pe.expected", p.in_dtype, {p.tq, p.heads, p.dr}});
   if (p.opt.inplace_k) s.push_back({"k_pe.expected", p.in_dtype, {p.tk, p.dr}});

@@ -119,7 +119,10 @@ std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_te
            {"ckv_cache", &a.ckv_cache},
            {"kpe_cache", &a.kpe_cache},
            {"k_scale", &a.k_scale_tensor},
-           {"q_scale", &a.q_scale_tensor}}};
+           {"q_scale", &a.q_scale_tensor},
+           {"decode_q_pe_out", &a.decode_q_pe_out},
+           {"k_pe_out", &a.k_pe_out},
+           {"q_nope_zeros_out", &a.q_nope_zeros_out}}};
 }
 
 namespace {

@@ -68,6 +68,10 @@ struct op_args {
   tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
   tensor_view k_scale_tensor;  // [1]             f32, optional: k_scale read at run time (core/SPEC.md)
   tensor_view q_scale_tensor;  // [1]             f32, optional: q_scale read at run time
+  // Decode outputs (core/SPEC.md "Decode outputs"), each optional; N = num_decode_toks <= Tq
+  tensor_view decode_q_pe_out;   // [N, H, Dr]     q_pe's dtype: rope(q_pe) of rows t < N, unscaled
+  tensor_view k_pe_out;          // [Tk, Dr]       k_pe's dtype: rope(k_pe) of rows with a slot >= 0
+  tensor_view q_nope_zeros_out;  // [N, H, Dn]     q_nope's dtype: zeros in rows t < N
   float k_scale = 1.0f;        // read only when k_scale_tensor is absent
   float q_scale = 1.0f;        // read only when q_scale_tensor is absent
   op_options options;
@@ -77,8 +81,9 @@ struct op_args {
 
 // Every tensor of a call by its name in golden files and the Python package (q_nope, q_pe, kv_c,
 // k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache, ckv_cache, kpe_cache, k_scale,
-// q_scale), in that order; absent ones included (tensor_view::present() false).
-inline constexpr int op_tensor_count = 15;
+// q_scale, decode_q_pe_out, k_pe_out, q_nope_zeros_out), in that order; absent ones included
+// (tensor_view::present() false).
+inline constexpr int op_tensor_count = 18;
 std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_tensors(const op_args& a);
 
 // Sizes read off the views (after validation they are consistent).
@@ -91,6 +96,17 @@ op_sizes sizes_of(const op_args& args);
 // must be in host memory: arg_error naming it otherwise), else the float.
 float k_scale_of(const op_args& args);
 float q_scale_of(const op_args& args);
+
+// N of the decode outputs: rows of decode_q_pe_out, else of q_nope_zeros_out; 0 when neither
+// is given (validate checks that both agree and that N <= Tq).
+inline int64_t num_decode_tokens(const op_args& a) {
+  if (a.decode_q_pe_out.present() && a.decode_q_pe_out.rank > 0) return a.decode_q_pe_out.shape[0];
+  if (a.q_nope_zeros_out.present() && a.q_nope_zeros_out.rank > 0) return a.q_nope_zeros_out.shape[0];
+  return 0;
+}
+inline bool has_decode_outputs(const op_args& a) {
+  return a.decode_q_pe_out.present() || a.k_pe_out.present() || a.q_nope_zeros_out.present();
+}
 
 // Whether the layout keeps both parts in the one tensor `cache` (joint, shuffled) rather than
 // in ckv_cache and kpe_cache (split).

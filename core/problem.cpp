@@ -23,12 +23,12 @@ namespace ropekv {
 namespace {
 
 // Every repro key, in the canonical print order (docs/golden-format.md).
-constexpr std::array<const char*, 40> repro_keys = {
+constexpr std::array<const char*, 42> repro_keys = {
     "tq",        "ts",        "tk",         "h",          "dn",        "dr",        "p",
     "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
     "cache",     "table",     "style",      "layout",     "order",     "scale_conv", "pad_q",
     "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "scales",    "q_layout",
-    "kv_layout",
+    "kv_layout", "dec_out",   "dec",
     "row_pad",   "entry_pad", "block_pad",  "table_pad",  "pad_slots", "pad_at",    "positions",
     "rope_table", "amp",      "seed",       "",
 };
@@ -136,6 +136,31 @@ void check_bytes(const char* what, double elems, dtype t) {
     throw arg_error(what, "a buffer of at most 2^40 bytes", fmt::format("{} bytes", bytes));
 }
 
+// dec_out: "none", or the letters of the decode outputs passed, in the order q, z, k
+// (q: decode_q_pe_out, z: q_nope_zeros_out, k: k_pe_out).
+std::string dec_out_text(const problem& p) {
+  std::string s;
+  if (p.dec_q_pe) s += 'q';
+  if (p.dec_zeros) s += 'z';
+  if (p.dec_k_pe) s += 'k';
+  return s.empty() ? "none" : s;
+}
+
+void parse_dec_out(problem& p, std::string_view key, std::string_view text) {
+  const char* expected = "none, or some of the letters q, z, k in that order (q: decode_q_pe_out, "
+                         "z: q_nope_zeros_out, k: k_pe_out)";
+  p.dec_q_pe = p.dec_zeros = p.dec_k_pe = false;
+  if (text == "none") return;
+  size_t i = 0;
+  for (char letter : {'q', 'z', 'k'}) {
+    if (i < text.size() && text[i] == letter) {
+      (letter == 'q' ? p.dec_q_pe : letter == 'z' ? p.dec_zeros : p.dec_k_pe) = true;
+      ++i;
+    }
+  }
+  if (text.empty() || i != text.size()) throw arg_error(std::string(key), expected, fmt::format("'{}'", text));
+}
+
 }  // namespace
 
 std::string problem::to_repro() const {
@@ -176,6 +201,8 @@ std::string problem::to_repro() const {
   add("scales", to_string(scales));
   add("q_layout", to_string(q_layout));
   add("kv_layout", to_string(kv_layout));
+  add("dec_out", dec_out_text(*this));
+  add("dec", dec_tokens);
   add("row_pad", row_pad_elems);
   add("entry_pad", entry_pad_elems);
   add("block_pad", block_pad_elems);
@@ -200,6 +227,8 @@ bool problem::operator==(const problem& o) const {
          opt.positions == o.opt.positions && opt.inplace_q == o.opt.inplace_q &&
          opt.inplace_k == o.opt.inplace_k && f32_bits(k_scale) == f32_bits(o.k_scale) &&
          f32_bits(q_scale) == f32_bits(o.q_scale) && scales == o.scales && q_layout == o.q_layout &&
+         dec_q_pe == o.dec_q_pe && dec_zeros == o.dec_zeros && dec_k_pe == o.dec_k_pe &&
+         dec_tokens == o.dec_tokens &&
          kv_layout == o.kv_layout && row_pad_elems == o.row_pad_elems &&
          entry_pad_elems == o.entry_pad_elems && block_pad_elems == o.block_pad_elems &&
          table_pad_elems == o.table_pad_elems && pad_slots == o.pad_slots &&
@@ -268,6 +297,8 @@ void set_problem_key(problem& p, std::string_view key, std::string_view val) {
   else if (key == "scales") p.scales = parse_enum<scale_storage>(val, kc);
   else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
   else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
+  else if (key == "dec_out") parse_dec_out(p, key, val);
+  else if (key == "dec") p.dec_tokens = parse_i64(key, val);
   else if (key == "row_pad") p.row_pad_elems = parse_i64(key, val);
   else if (key == "entry_pad") p.entry_pad_elems = parse_i64(key, val);
   else if (key == "block_pad") p.block_pad_elems = parse_i64(key, val);
@@ -364,6 +395,16 @@ problem pin_problem(problem p, std::string_view pins) {
   }
   if (pinned.empty()) return p;
   auto free = [&](const char* key) { return pinned.count(key) == 0; };
+  // Decode outputs: a pinned N asks for them (all three unless dec_out is pinned too) and for
+  // at least N q tokens; pinned outputs without a pinned N get an N from the case's seed (every
+  // kind: 0, Tq, and in between), so that `--pin dec_out=qzk` covers all N.
+  if (!free("dec") && free("dec_out")) p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
+  if (!free("dec") && free("tq")) p.tq = std::max(p.tq, p.dec_tokens);
+  if (free("dec") && !free("dec_out")) {
+    const uint64_t u = rng_mix64(p.seed ^ 0x6465636f6465ull);
+    const uint64_t kind = u % 4;
+    p.dec_tokens = kind == 0 ? p.tq : kind == 1 || p.tq == 0 ? 0 : 1 + static_cast<int64_t>((u >> 8) % static_cast<uint64_t>(p.tq));
+  }
   // Keep what the generator derived from a pinned size consistent with it.
   if (free("ts")) p.ts = std::max(p.ts, p.tq);
   if (free("tk")) p.tk = std::max(p.tk, p.ts);
@@ -371,6 +412,7 @@ problem pin_problem(problem p, std::string_view pins) {
   if (free("tq")) p.tq = std::min(p.tq, p.ts);
   if (free("pad_slots")) p.pad_slots = std::min(p.pad_slots, p.ts);
   if (free("nb")) ensure_blocks(p);
+  if (free("dec")) p.dec_tokens = (p.dec_q_pe || p.dec_zeros) ? std::min(p.dec_tokens, p.tq) : 0;
   if (p.opt.layout == cache_layout::shuffled) {
     // Pinned shuffled: fit the free keys to it. Drawn shuffled but the pins rule it out (say
     // `dn=100` with a bf16 cache): the case takes layout joint instead.
@@ -410,6 +452,13 @@ void check_problem(const problem& p) {
   check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
   check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
   check_range("pad_slots", p.pad_slots, 0, p.ts);
+  if (p.dec_q_pe || p.dec_zeros) {
+    if (p.dec_tokens < 0 || p.dec_tokens > p.tq)
+      throw arg_error("dec", fmt::format("0 .. {} (N <= Tq = tq)", p.tq), std::to_string(p.dec_tokens));
+  } else if (p.dec_tokens != 0) {
+    throw arg_error("dec", fmt::format("0 (dec_out={} passes no [N, H, ..] output)", dec_out_text(p)),
+                    std::to_string(p.dec_tokens));
+  }
   if (const shuffled_violation v = shuffled_check(p); !v.key.empty()) throw arg_error(v.key, v.expected, v.got);
   const int64_t written = p.ts - p.pad_slots;
   if (p.num_blocks * p.block_size < written)
@@ -595,6 +644,18 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
   }
   // Scales as tensors, drawn after everything else for the same reason.
   if (r.chance(0.25)) p.scales = scale_storage::tensor;
+  // Decode outputs, drawn after everything else for the same reason: each output on its own,
+  // and N at Tq, at 0 or in between (AITER gets 0 < N < Tq wrong).
+  if (r.chance(0.15)) {
+    p.dec_q_pe = r.chance(0.7);
+    p.dec_zeros = r.chance(0.7);
+    p.dec_k_pe = r.chance(0.6);
+    if (!p.dec_q_pe && !p.dec_zeros && !p.dec_k_pe) p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
+    if (p.dec_q_pe || p.dec_zeros) {
+      const double u = r.next_unit();
+      p.dec_tokens = u < 0.3 ? p.tq : u < 0.4 ? 0 : r.range(0, p.tq);
+    }
+  }
   check_problem(p);
   return p;
 }

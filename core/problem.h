@@ -35,6 +35,12 @@ struct problem {
   op_options opt;
   float k_scale = 1.0f, q_scale = 1.0f;
   scale_storage scales = scale_storage::host;  // tensor: the case passes both scales as [1] f32 tensors
+  // decode outputs (core/SPEC.md "Decode outputs"), repro keys dec_out and dec: which of the
+  // three optional outputs the case passes, and N (rows of decode_q_pe_out / q_nope_zeros_out)
+  bool dec_q_pe = false;      // decode_q_pe_out [N, H, Dr] (dec_out letter q)
+  bool dec_zeros = false;     // q_nope_zeros_out [N, H, Dn] (dec_out letter z)
+  bool dec_k_pe = false;      // k_pe_out [Tk, Dr] (dec_out letter k)
+  int64_t dec_tokens = 0;     // N: 0 <= N <= Tq; 0 unless decode_q_pe_out or q_nope_zeros_out is passed
   // memory layout of the case (strides are padded by these many elements)
   q_storage q_layout = q_storage::token_major;
   kv_storage kv_layout = kv_storage::separate;

@@ -367,6 +367,20 @@ void validate(const op_args& args, bool check_values) {
     check_shape(*nv.view, nv.name, {1});
   }
 
+  // --- decode outputs (each optional): rank, dtype (that of the input they come from), strides
+  if (args.decode_q_pe_out.present()) {
+    check_tensor(args.decode_q_pe_out, "decode_q_pe_out", 3, in_types);
+    check_same_dtype(args.decode_q_pe_out, "decode_q_pe_out", args.q_pe, "q_pe");
+  }
+  if (args.q_nope_zeros_out.present()) {
+    check_tensor(args.q_nope_zeros_out, "q_nope_zeros_out", 3, in_types);
+    check_same_dtype(args.q_nope_zeros_out, "q_nope_zeros_out", args.q_nope, "q_nope");
+  }
+  if (args.k_pe_out.present()) {
+    check_tensor(args.k_pe_out, "k_pe_out", 2, in_types);
+    check_same_dtype(args.k_pe_out, "k_pe_out", args.k_pe, "k_pe");
+  }
+
   // --- one memory space
   for (const auto& [name, view] : named_tensors(args)) {
     if (view->present() && view->on_device != args.q_nope.on_device) {
@@ -400,6 +414,30 @@ void validate(const op_args& args, bool check_values) {
     throw arg_error("slot_mapping.shape[0]", fmt::format("<= {} (Tk, kv_c.shape[0])", tk),
                     std::to_string(ts));
   }
+
+  // Decode outputs: N (rows of decode_q_pe_out and q_nope_zeros_out, one N for both) <= Tq.
+  if (args.decode_q_pe_out.present()) {
+    const int64_t n = args.decode_q_pe_out.shape[0];
+    if (n > tq) {
+      throw arg_error("decode_q_pe_out.shape[0]", fmt::format("N <= {} (Tq, q_nope.shape[0])", tq),
+                      std::to_string(n));
+    }
+    check_shape(args.decode_q_pe_out, "decode_q_pe_out", {n, heads, dr});
+  }
+  if (args.q_nope_zeros_out.present()) {
+    const int64_t n = args.q_nope_zeros_out.shape[0];
+    if (args.decode_q_pe_out.present() && n != args.decode_q_pe_out.shape[0]) {
+      throw arg_error("q_nope_zeros_out.shape[0]",
+                      fmt::format("{} (N, decode_q_pe_out.shape[0])", args.decode_q_pe_out.shape[0]),
+                      std::to_string(n));
+    }
+    if (n > tq) {
+      throw arg_error("q_nope_zeros_out.shape[0]", fmt::format("N <= {} (Tq, q_nope.shape[0])", tq),
+                      std::to_string(n));
+    }
+    check_shape(args.q_nope_zeros_out, "q_nope_zeros_out", {n, heads, dn});
+  }
+  if (args.k_pe_out.present()) check_shape(args.k_pe_out, "k_pe_out", {tk, dr});
 
   int64_t table_rows = 0;
   if (table_one) {
@@ -458,6 +496,9 @@ void validate(const op_args& args, bool check_values) {
   }
   if (opt.inplace_q) outputs.push_back({"q_pe", &args.q_pe});
   if (opt.inplace_k) outputs.push_back({"k_pe", &args.k_pe});
+  if (args.decode_q_pe_out.present()) outputs.push_back({"decode_q_pe_out", &args.decode_q_pe_out});
+  if (args.k_pe_out.present()) outputs.push_back({"k_pe_out", &args.k_pe_out});
+  if (args.q_nope_zeros_out.present()) outputs.push_back({"q_nope_zeros_out", &args.q_nope_zeros_out});
   std::vector<named_view> inputs = {{"q_nope", &args.q_nope}, {"kv_c", &args.kv_c},
                                     {"positions", &args.positions},
                                     {"slot_mapping", &args.slot_mapping},

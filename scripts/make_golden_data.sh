@@ -33,4 +33,5 @@ strided-views               tq=3 ts=3 tk=4 h=4 dn=64 p=64 q_layout=head_major kv
 shuffled-aiter-bf16         tq=4 ts=6 tk=6 h=16 p=256 bs=16 nb=2 table=two layout=shuffled pad_slots=1 pad_at=middle rope_table=deepseek-v3 seed=41
 shuffled-aiter-fp8          tq=3 ts=5 tk=5 h=8 p=256 bs=32 nb=2 table_dtype=f32 cache=fp8_e4m3fn table=two layout=shuffled scale_conv=reciprocal k_scale=0.75 block_pad=16 pad_slots=1 pad_at=head rope_table=kimi-k2 seed=42
 scale-tensors-fp8           tq=3 ts=4 tk=4 h=8 dn=128 p=128 bs=16 nb=1 cache=fp8_e4m3fn qo=fp8_e5m2 k_scale=0.37 q_scale=3 scales=tensor amp=60 seed=43
+decode-outputs-bf16         tq=4 ts=6 tk=7 h=16 p=256 bs=16 nb=1 pad_slots=2 pad_at=spread pad_q=skipped dec_out=qzk dec=3 rope_table=deepseek-v3 seed=44
 CASES

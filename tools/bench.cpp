@@ -88,10 +88,17 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
           if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
           p.opt.layout = parse_enum<cache_layout>(l, "--layout");
           p.scales = parse_enum<scale_storage>(sc, "--scales");
+          if (o.decode_tokens >= 0) {  // core/SPEC.md "Decode outputs": all three, N <= Tq
+            p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
+            p.dec_tokens = std::min(o.decode_tokens, p.tq);
+          }
           check_problem(p);
           const std::string layout_tag = layouts.size() == 1 && l == "joint" ? "" : " layout=" + l;
           const std::string scales_tag = scales.size() == 1 && sc == "host" ? "" : " scales=" + sc;
-          out.push_back({fmt::format("{}:{} cache={}{}{}", n.substr(0, colon), tokens, c, layout_tag, scales_tag), p});
+          const std::string decode_tag = o.decode_tokens >= 0 ? fmt::format(" decode={}", p.dec_tokens) : "";
+          out.push_back({fmt::format("{}:{} cache={}{}{}{}", n.substr(0, colon), tokens, c, layout_tag, scales_tag,
+                                     decode_tag),
+                         p});
         }
       }
     }
@@ -318,6 +325,10 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
   b->add_option("--scales", o.scales, "How the preset cases pass k_scale / q_scale, comma list: host (floats), tensor ([1] f32 tensors the kernel reads at run time)")->capture_default_str();
+  b->add_option("--decode", o.decode_tokens,
+                "Preset cases pass the three decode outputs (decode_q_pe_out, k_pe_out, q_nope_zeros_out) with N "
+                "decode tokens (N capped at the case's Tq; at most 2^24); without it none")
+      ->transform(decimal_in(0, int64_t{1} << 24));
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
   b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
@@ -374,7 +385,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   j["backend"] = bname;
   j["options"] = {{"cold", o.cold},          {"calls_per_graph", o.calls_per_graph},
                   {"threads", o.threads},    {"modes", o.modes},
-                  {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts}, {"scales", o.scales},
+                  {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts}, {"scales", o.scales}, {"decode_tokens", o.decode_tokens},
                   {"budget_s", o.budget_s},  {"copy_mb", o.copy_mb}};
   std::unique_ptr<backend> be = find_backend(bname)();
   j["device_description"] = be->device_description();

@@ -186,6 +186,10 @@ void reference_run(const op_args& args) {
   const raw_view kv_c_raw(args.kv_c), k_pe_raw(args.k_pe);
   const raw_view nope_cache_raw(nope_cache), rope_cache_raw(rope_cache);
   const raw_view cos_sin_raw(args.cos_sin), cos_raw(args.cos), sin_raw(args.sin);
+  // Decode outputs (core/SPEC.md "Decode outputs"): rows t < N written with q row t, k_pe_out
+  // row t with cache entry t.
+  const raw_view dec_q_pe_raw(args.decode_q_pe_out), zeros_raw(args.q_nope_zeros_out), k_pe_out_raw(args.k_pe_out);
+  const int64_t n_decode = num_decode_tokens(args);
   // positions, slot_mapping [Ts] (of [Tk]): read whole once per call (core/tensor.h)
   const std::vector<int64_t> positions = read_indices(args.positions, ts);
   const std::vector<int64_t> slot_mapping = read_indices(args.slot_mapping, ts);
@@ -279,6 +283,17 @@ void reference_run(const op_args& args) {
             encode_row_from_f64(args.q_pe.type, s.rot.data(), q_pe_raw.at(pe_off), sz.dr,
                                 overflow_mode::ieee);
           }
+          if (t < n_decode && args.decode_q_pe_out.present()) {  // like in-place: q's dtype, no scale
+            const tensor_view& d = args.decode_q_pe_out;
+            encode_row_from_f64(d.type, s.rot.data(),
+                                dec_q_pe_raw.at(t * d.strides_elems[0] + h * d.strides_elems[1]), sz.dr,
+                                overflow_mode::ieee);
+          }
+          if (t < n_decode && args.q_nope_zeros_out.present()) {  // +0 is all-zero bits in f32, f16, bf16
+            const tensor_view& z = args.q_nope_zeros_out;
+            std::memset(zeros_raw.at(t * z.strides_elems[0] + h * z.strides_elems[1]), 0,
+                        static_cast<size_t>(sz.dn * zeros_raw.elem_bytes));
+          }
         }
 
         if (j == sz.heads && write_cache) {  // cache entry slot = [kv_c[t] | rope(k_pe[t])]
@@ -305,6 +320,10 @@ void reference_run(const op_args& args) {
           if (opt.inplace_k) {
             encode_row_from_f64(args.k_pe.type, s.rot.data(), k_pe_raw.at(kpe_off), sz.dr,
                                 overflow_mode::ieee);
+          }
+          if (args.k_pe_out.present()) {  // the rows inplace_k writes, into k_pe_out
+            encode_row_from_f64(args.k_pe_out.type, s.rot.data(),
+                                k_pe_out_raw.at(t * args.k_pe_out.strides_elems[0]), sz.dr, overflow_mode::ieee);
           }
         }
       }

@@ -326,6 +326,15 @@ struct rk_params {
   // side's three fields above are unused. nullptr: the host floats above.
   const float* k_scale_ptr;
   const float* q_scale_ptr;
+  // Decode outputs (core/SPEC.md "Decode outputs"), nullptr when absent; the general body
+  // (rk_general_q, rk_write_cache) writes them, launch_plan.h keeps such cases off the fast paths.
+  char* decode_q_pe_out;    // [N, H, Dr] q dtype: rope(q_pe) of q rows t < N, unscaled
+  int64_t dec_q_pe_s0, dec_q_pe_s1;
+  char* q_nope_zeros_out;   // [N, H, Dn] q dtype: +0 in q rows t < N
+  int64_t zeros_s0, zeros_s1;
+  char* k_pe_out;           // [Tk, Dr] k dtype: rope(k_pe) of tokens whose cache entry is written
+  int64_t k_pe_out_s0;
+  int64_t num_decode;       // N (0 when neither [N, H, ..] output is given)
   // launch shape
   int64_t heads_per_block;
   // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
@@ -446,9 +455,10 @@ ROPEKV_HOST_DEVICE bool rk_aligned(const void* p, int64_t bytes) {
 // Rotates pair i of a rope row. `in_row` and `inplace_row` may be the same memory: both
 // elements are read before anything is written. Writes the pair into out_row (output dtype,
 // scaled; cache_out: out_row is a cache entry's rope part, its features placed by
-// p.cache.feature) and, when inplace_row is set, into it (input dtype, unscaled).
+// p.cache.feature) and, when inplace_row / copy_row is set, into it (input dtype, unscaled:
+// copy_row is a decode output row, decode_q_pe_out or k_pe_out).
 ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t in_t,
-                                char* inplace_row, char* out_row, bool cache_out, int32_t out_t,
+                                char* inplace_row, char* copy_row, char* out_row, bool cache_out, int32_t out_t,
                                 float scale, float inv_scale, int32_t mul, int64_t i,
                                 const char* cos_row, const char* sin_row) {
   const int64_t half = p.dr / 2;
@@ -477,6 +487,10 @@ ROPEKV_DEVICE void rk_rope_pair(const rk_params& p, const char* in_row, int32_t 
     rk_store_elem(in_t, inplace_row + ia * in_sz, rk_encode(in_t, ra));
     rk_store_elem(in_t, inplace_row + ib * in_sz, rk_encode(in_t, rb));
   }
+  if (copy_row != nullptr) {
+    rk_store_elem(in_t, copy_row + ia * in_sz, rk_encode(in_t, ra));
+    rk_store_elem(in_t, copy_row + ib * in_sz, rk_encode(in_t, rb));
+  }
   char* out_a = cache_out ? p.cache.feature(out_row, ia) : out_row + ia * out_sz;
   char* out_b = cache_out ? p.cache.feature(out_row, ib) : out_row + ib * out_sz;
   rk_store_elem(out_t, out_a, rk_to_output(ra, out_t, mul, scale, inv_scale));
@@ -489,6 +503,21 @@ ROPEKV_DEVICE int64_t rk_num_chunks(int64_t n, int vec) {
 #else
   return (n + vec - 1) / vec;
 #endif
+}
+
+// Writes +0 (all-zero bits in f32, f16, bf16) over chunk c [c * vec, min((c + 1) * vec, n)) of
+// a row of dtype t: one store when whole and aligned, else element by element.
+ROPEKV_DEVICE void rk_zero_chunk(char* row, int32_t t, int64_t n, int64_t c, int vec) {
+  const int sz = rk_size_bytes(t);
+  const int64_t first = c * vec;
+  const int64_t count = (n - first) < vec ? (n - first) : vec;
+  char* dst = row + first * sz;
+  if (count == vec && rk_aligned(dst, vec * sz)) {
+    const uint32_t w[4] = {0u, 0u, 0u, 0u};
+    rk_store_words(dst, vec * sz, w);
+  } else {
+    for (int64_t i = 0; i < count; ++i) rk_store_elem(t, dst + i * sz, 0u);
+  }
 }
 
 // ------------------------------------------------------------------ general path
@@ -507,11 +536,17 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
   const int64_t units = (h_end - h0) * units_per_head;
   const int q_sz = rk_size_bytes(p.q_dtype), o_sz = rk_size_bytes(p.q_out_dtype);
   const rk_side_scale qs = rk_q_scale(p);
+  // decode outputs: q rows t < N (core/SPEC.md "Decode outputs")
+  const bool dec_row = t < p.num_decode;
+  char* const zeros = dec_row ? p.q_nope_zeros_out : nullptr;
+  char* const dec_pe = dec_row ? p.decode_q_pe_out : nullptr;
   for (int64_t u = tid; u < units; u += nthreads) {
     const int64_t h = h0 + u / units_per_head;
     const int64_t r = u - (h - h0) * units_per_head;
     char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * o_sz;
     if (r < nope_chunks) {
+      if (zeros != nullptr)
+        rk_zero_chunk(zeros + (t * p.zeros_s0 + h * p.zeros_s1) * q_sz, p.q_dtype, p.dn, r, vec);
       if (p.skip_q_nope) continue;  // zero-copy concat: the nope part already sits in q_out
       const char* in_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * q_sz;
       const bool ok = rk_aligned(in_row, vec * q_sz) && rk_aligned(out_row, vec * o_sz);
@@ -519,7 +554,8 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
                     qs.mul, qs.scale, qs.inv_scale);
     } else {
       char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * q_sz;
-      rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, out_row + p.dn * o_sz,
+      char* dec_row_ptr = dec_pe != nullptr ? dec_pe + (t * p.dec_q_pe_s0 + h * p.dec_q_pe_s1) * q_sz : nullptr;
+      rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, dec_row_ptr, out_row + p.dn * o_sz,
                    false, p.q_out_dtype, qs.scale, qs.inv_scale, qs.mul, r - nope_chunks, cos_row, sin_row);
     }
   }
@@ -542,12 +578,14 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
   const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
   const rk_side_scale ks = rk_k_scale(p);
+  // decode output k_pe_out: the rows the cache gets (core/SPEC.md "Decode outputs")
+  char* kpe_out_row = p.k_pe_out != nullptr ? p.k_pe_out + t * p.k_pe_out_s0 * k_sz : nullptr;
   for (int64_t u = tid; u < units; u += nthreads) {
     if (u < nope_chunks) {
       rk_copy_chunk(kv_row, p.k_dtype, p.cache.feature(nope_dst, u * vec), p.cache.dtype, p.dn, u,
                     vec, ok, ks.mul, ks.scale, ks.inv_scale);
     } else {
-      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, rope_dst, true,
+      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, kpe_out_row, rope_dst, true,
                    p.cache.dtype, ks.scale, ks.inv_scale, ks.mul, u - nope_chunks, cos_row, sin_row);
     }
   }

@@ -71,6 +71,12 @@ inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec
   return hpb;
 }
 
+// Decode outputs (core/SPEC.md): the general body (rk_fused_body without fast_q) writes them;
+// fast_v2 (rk_fast_q), fast_v3 and fast_v4 do not, so such cases never reach them.
+inline bool rk_has_decode_outputs(const rk_params& p) {
+  return p.decode_q_pe_out != nullptr || p.q_nope_zeros_out != nullptr || p.k_pe_out != nullptr;
+}
+
 // The q-side conditions both fast paths need: 16-bit q and q_out of one dtype, ...
 inline std::string rk_fast_q_dtype_refusal(const rk_params& p) {
   if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
@@ -101,6 +107,7 @@ inline std::string rk_cos_sin_refusal(const rk_params& p) {
 // "" when the fast q path (kernel.h rk_fast_q) may run on these params, else why not.
 inline std::string rk_fast_q_refusal(const rk_params& p) {
   if (rk_variant_overrides().force_general) return "forced general";
+  if (rk_has_decode_outputs(p)) return "decode outputs";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
   if (p.dn % 8 != 0 || p.dr % 8 != 0) return "Dn or Dr not a multiple of 8";
@@ -113,6 +120,7 @@ inline std::string rk_v3_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
+  if (rk_has_decode_outputs(p)) return "decode outputs";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
@@ -343,6 +351,22 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   // fields above are then unused.
   p.k_scale_ptr = a.k_scale_tensor.present() ? static_cast<const float*>(a.k_scale_tensor.data) : nullptr;
   p.q_scale_ptr = a.q_scale_tensor.present() ? static_cast<const float*>(a.q_scale_tensor.data) : nullptr;
+  // Decode outputs: absent ones stay nullptr (rk_params is value-initialised).
+  if (a.decode_q_pe_out.present()) {
+    p.decode_q_pe_out = static_cast<char*>(a.decode_q_pe_out.data);
+    p.dec_q_pe_s0 = a.decode_q_pe_out.strides_elems[0];
+    p.dec_q_pe_s1 = a.decode_q_pe_out.strides_elems[1];
+  }
+  if (a.q_nope_zeros_out.present()) {
+    p.q_nope_zeros_out = static_cast<char*>(a.q_nope_zeros_out.data);
+    p.zeros_s0 = a.q_nope_zeros_out.strides_elems[0];
+    p.zeros_s1 = a.q_nope_zeros_out.strides_elems[1];
+  }
+  if (a.k_pe_out.present()) {
+    p.k_pe_out = static_cast<char*>(a.k_pe_out.data);
+    p.k_pe_out_s0 = a.k_pe_out.strides_elems[0];
+  }
+  p.num_decode = ropekv::num_decode_tokens(a);
   const rk_variant_override& ov = rk_variant_overrides();
   // Zero-copy concat (core/SPEC.md): q_nope is exactly the first Dn columns of q_out.
   p.skip_q_nope = !ov.no_zero_copy && s.tq > 0 && a.q_nope.data == a.q_out.data &&
@@ -467,6 +491,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
                 ",threads" + std::to_string(rk_block_threads) + ")";
   }
   if (p.skip_q_nope) l.variant += "+zero_copy";
+  if (rk_has_decode_outputs(p)) l.variant += "+decode";
   l.grid_y = static_cast<uint32_t>((s.heads + p.heads_per_block - 1) / p.heads_per_block);
   return l;
 }

@@ -162,6 +162,10 @@ class plugin_backend final : public backend {
   std::string name() const override { return "plugin:" + path_; }
 
   std::string unsupported_reason(const op_args& args) const override {
+    if (has_decode_outputs(args)) {
+      // The plugin ABI has no fields for decode_q_pe_out, k_pe_out, q_nope_zeros_out.
+      return "not supported: decode outputs";
+    }
     if (args.k_scale_tensor.present() || args.q_scale_tensor.present()) {
       // The plugin ABI passes the scales as floats only.
       return "not supported: scales as tensors (the plugin ABI takes k_scale and q_scale as floats)";

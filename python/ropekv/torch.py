@@ -5,9 +5,11 @@
                                            cos_sin, None, None, q_out, cache, None, None,
                                            k_scale=1.0, q_scale=1.0)
 
-`shuffled_cache=True` takes `cache` in AITER's shuffled layout (core/SPEC.md). It mutates
-q_out and the cache(s) (and q_pe / k_pe with inplace_q / inplace_k), declared in its
-schema; returns nothing. CPU tensors run the reference; CUDA / ROCm tensors run ropekv's GPU
+`shuffled_cache=True` takes `cache` in AITER's shuffled layout (core/SPEC.md). The decode
+outputs (core/SPEC.md "Decode outputs") are optional keyword tensors: `decode_q_pe_out`
+[N, H, Dr], `q_nope_zeros_out` [N, H, Dn] (N <= Tq) and `k_pe_out` [Tk, Dr]. It mutates q_out
+and the cache(s) (and q_pe / k_pe with inplace_q / inplace_k, and the decode outputs given),
+declared in its schema; returns nothing. CPU tensors run the reference; CUDA / ROCm tensors run ropekv's GPU
 kernel when the package was built with it (`pip install . -C cmake.define.ROPEKV_GPU=nvidia`):
 on the caller's current stream, with no synchronisation and no allocation, so it can be
 captured in a CUDA graph. A fake implementation serves torch.compile. Arguments are checked
@@ -30,6 +32,7 @@ _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
            torch.int32: "i32", torch.int64: "i64"}
 _NAMES = ("q_nope", "q_pe", "kv_c", "k_pe", "positions", "slot_mapping", "cos_sin", "cos", "sin",
           "q_out", "cache", "ckv_cache", "kpe_cache")
+_DECODE_NAMES = ("decode_q_pe_out", "k_pe_out", "q_nope_zeros_out")
 _CHOICES = {"style": ("gptj", "neox"), "order": ("nope_first", "rope_first"),
             "scale_conv": ("divide", "reciprocal"), "pad_q": ("computed", "skipped"),
             "pos_oob": ("error", "clamp")}
@@ -72,7 +75,8 @@ def _run(tensors: dict, k_scale: float, q_scale: float, style: str, order: str, 
 
 
 @torch.library.custom_op("ropekv::mla_rope_cache_concat",
-                         mutates_args=("q_pe", "k_pe", "q_out", "cache", "ckv_cache", "kpe_cache"))
+                         mutates_args=("q_pe", "k_pe", "q_out", "cache", "ckv_cache", "kpe_cache",
+                                       "decode_q_pe_out", "k_pe_out", "q_nope_zeros_out"))
 def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           q_pe: torch.Tensor,              # [Tq, H, Dr] (written with inplace_q)
                           kv_c: torch.Tensor,              # [Tk, Dn]
@@ -93,6 +97,9 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           shuffled_cache: bool = False,
                           k_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: k_scale read at run time
                           q_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: q_scale read at run time
+                          decode_q_pe_out: Optional[torch.Tensor] = None,   # [N, H, Dr] q_pe's dtype, N <= Tq
+                          k_pe_out: Optional[torch.Tensor] = None,          # [Tk, Dr] k_pe's dtype
+                          q_nope_zeros_out: Optional[torch.Tensor] = None,  # [N, H, Dn] q_nope's dtype
                           ) -> None:
     tensors = dict(zip(_NAMES, (q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin,
                                 q_out, cache, ckv_cache, kpe_cache)))
@@ -101,6 +108,8 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
             raise ValueError(f"{name}: expected a float or a tensor ({name}_tensor), got both "
                              f"({value} and a tensor)")
         tensors[name] = _scale_tensor(name, tensor)
+    for name, tensor in zip(_DECODE_NAMES, (decode_q_pe_out, k_pe_out, q_nope_zeros_out)):
+        tensors[name] = tensor
     _run(tensors, k_scale, q_scale, style, order, scale_conv, pad_q, pos_oob, inplace_q, inplace_k,
          shuffled_cache)
 
@@ -109,7 +118,8 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
 def _(q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin, q_out, cache,
       ckv_cache, kpe_cache, k_scale=1.0, q_scale=1.0, style="gptj", order="nope_first",
       scale_conv="divide", pad_q="computed", pos_oob="error", inplace_q=False, inplace_k=False,
-      shuffled_cache=False, k_scale_tensor=None, q_scale_tensor=None):
+      shuffled_cache=False, k_scale_tensor=None, q_scale_tensor=None, decode_q_pe_out=None,
+      k_pe_out=None, q_nope_zeros_out=None):
     return None
 
 
@@ -117,8 +127,9 @@ def call(tensors: dict, k_scale: Union[float, torch.Tensor] = 1.0,
          q_scale: Union[float, torch.Tensor] = 1.0, **options) -> None:
     """The op on a dict of tensors by their golden names (ropekv.Case.to_torch's keys). A scale
     given as a tensor (or, without one, a dict entry "k_scale" / "q_scale") is read by the kernel
-    at run time."""
-    scales = {}
+    at run time. Decode outputs are taken from the dict by their names (decode_q_pe_out,
+    k_pe_out, q_nope_zeros_out) when present."""
+    scales = {n: tensors[n] for n in _DECODE_NAMES if tensors.get(n) is not None}
     for name, v in (("k_scale", k_scale), ("q_scale", q_scale)):
         if isinstance(v, torch.Tensor):
             scales[name + "_tensor"] = v

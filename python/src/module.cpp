@@ -145,7 +145,7 @@ op_args args_of_pointers(const std::vector<raw_tensor>& tensors, const std::stri
     tensor_view* v = nullptr;
     for (const auto& [n, view] : named_tensors(a))
       if (name == n) v = const_cast<tensor_view*>(view);
-    if (!v) throw arg_error("tensors", "golden tensor names (q_nope, ..., kpe_cache, k_scale, q_scale)", "'" + name + "'");
+    if (!v) throw arg_error("tensors", "golden tensor names (q_nope, ..., kpe_cache, k_scale, q_scale, decode_q_pe_out, k_pe_out, q_nope_zeros_out)", "'" + name + "'");
     if (shape.size() != strides.size() || shape.size() > static_cast<size_t>(max_rank))
       throw arg_error(name, "a shape and strides of one rank <= 4", "another");
     v->type = parse_dtype(dtype_text, name.c_str());

@@ -72,6 +72,12 @@ void scale_tensors(problem& p) {
   fp8_outputs(p);
   p.scales = scale_storage::tensor;
 }
+// All three decode outputs, N = 2 < Tq = 3: decode_q_pe_out [2, 4, 16], q_nope_zeros_out
+// [2, 4, 32], k_pe_out [5, 16].
+void decode_outputs(problem& p) {
+  p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
+  p.dec_tokens = 2;
+}
 void set_f32(const tensor_view& v, float x) { std::memcpy(v.data, &x, sizeof x); }
 
 uint8_t* buf(case_data& c, const char* name) { return c.buffers.at(name).data(); }
@@ -289,6 +295,49 @@ std::vector<bad_case> catalog() {
        "k_scale", "expected host memory (like q_nope), got device memory"},
       {"q_scale tensor inside q_out", scale_tensors, [](C&, A& a) { a.q_scale_tensor.data = a.q_out.data; },
        "q_out", "expected memory disjoint from input q_scale"},
+      // --- decode outputs (decode_q_pe_out, q_nope_zeros_out, k_pe_out)
+      {"decode outputs: N > Tq", decode_outputs, [](C&, A& a) { a.decode_q_pe_out.shape[0] = tq + 1; },
+       "decode_q_pe_out.shape[0]", "expected N <= 3 (Tq, q_nope.shape[0]), got 4"},
+      {"decode outputs: zero buffer alone with N > Tq", decode_outputs,
+       [](C&, A& a) {
+         a.decode_q_pe_out = tensor_view{};
+         a.q_nope_zeros_out.shape[0] = tq + 2;
+       },
+       "q_nope_zeros_out.shape[0]", "expected N <= 3 (Tq, q_nope.shape[0]), got 5"},
+      {"decode outputs: two different N", decode_outputs, [](C&, A& a) { a.q_nope_zeros_out.shape[0] = 1; },
+       "q_nope_zeros_out.shape[0]", "expected 2 (N, decode_q_pe_out.shape[0]), got 1"},
+      {"decode_q_pe_out narrower than Dr", decode_outputs, [](C&, A& a) { a.decode_q_pe_out.shape[2] = dr - 2; },
+       "decode_q_pe_out.shape[2]", "expected [2, 4, 16], got [2, 4, 14]"},
+      {"q_nope_zeros_out with fewer heads", decode_outputs, [](C&, A& a) { a.q_nope_zeros_out.shape[1] = heads - 1; },
+       "q_nope_zeros_out.shape[1]", "expected [2, 4, 32], got [2, 3, 32]"},
+      {"k_pe_out rows != Tk", decode_outputs, [](C&, A& a) { a.k_pe_out.shape[0] = tk - 1; },
+       "k_pe_out.shape[0]", "expected [5, 16], got [4, 16]"},
+      {"decode_q_pe_out of rank 2", decode_outputs, [](C&, A& a) { a.decode_q_pe_out.rank = 2; },
+       "decode_q_pe_out", "expected rank 3, got rank 2"},
+      {"decode_q_pe_out f16, q_pe bf16", decode_outputs, [](C&, A& a) { a.decode_q_pe_out.type = dtype::f16; },
+       "decode_q_pe_out.dtype", "expected bf16 (dtype of q_pe), got f16"},
+      {"q_nope_zeros_out f32, q_nope bf16", decode_outputs, [](C&, A& a) { a.q_nope_zeros_out.type = dtype::f32; },
+       "q_nope_zeros_out.dtype", "expected bf16 (dtype of q_nope), got f32"},
+      {"k_pe_out fp8", decode_outputs, [](C&, A& a) { a.k_pe_out.type = dtype::fp8_e4m3fn; },
+       "k_pe_out.dtype", "expected f32|f16|bf16, got fp8_e4m3fn"},
+      {"decode_q_pe_out aliases itself (head stride 0)", decode_outputs,
+       [](C&, A& a) { a.decode_q_pe_out.strides_elems[1] = 0; },
+       "decode_q_pe_out.strides[1]", "an output must not alias itself"},
+      {"decode_q_pe_out inside q_out", decode_outputs, [](C&, A& a) { a.decode_q_pe_out.data = a.q_out.data; },
+       "q_out", "expected memory disjoint from output decode_q_pe_out, got overlapping decode_q_pe_out"},
+      {"q_nope_zeros_out inside q_out", decode_outputs,
+       [](C& c, A& a) { a.q_nope_zeros_out.data = buf(c, "q_out") + 2 * 8; },
+       "q_out", "expected memory disjoint from output q_nope_zeros_out, got overlapping q_nope_zeros_out"},
+      {"k_pe_out is the in-place k_pe", decode_outputs, [](C&, A& a) { a.k_pe_out.data = a.k_pe.data; },
+       "k_pe", "expected memory disjoint from output k_pe_out, got overlapping k_pe_out"},
+      {"k_pe_out over an input (kv_c)", decode_outputs, [](C&, A& a) { a.k_pe_out.data = a.kv_c.data; },
+       "k_pe_out", "expected memory disjoint from input kv_c, got overlapping kv_c"},
+      {"decode_q_pe_out inside q_nope_zeros_out", decode_outputs,
+       [](C&, A& a) { a.decode_q_pe_out.data = a.q_nope_zeros_out.data; },
+       "decode_q_pe_out", "expected memory disjoint from output q_nope_zeros_out, got overlapping q_nope_zeros_out"},
+      {"k_pe_out in device memory, the rest on the host", decode_outputs,
+       [](C&, A& a) { a.k_pe_out.on_device = true; },
+       "k_pe_out", "expected host memory (like q_nope), got device memory"},
       // --- misaligned data pointers (rejected: see docs/bad-inputs.md)
       {"q_nope misaligned (bf16 + 1 byte)", nullptr,
        [](C&, A& a) { a.q_nope.data = static_cast<uint8_t*>(a.q_nope.data) + 1; },
@@ -385,8 +434,17 @@ std::vector<std::vector<uint8_t>> snapshot(case_data& c) {
 
 // The outputs of a case: q_out and the cache(s).
 std::vector<const char*> output_buffers(const problem& p) {
-  if (single_cache_tensor(p.opt.layout)) return {"q_out", "cache"};
-  return {"q_out", "ckv_cache", "kpe_cache"};
+  std::vector<const char*> out = {"q_out"};
+  if (single_cache_tensor(p.opt.layout)) {
+    out.push_back("cache");
+  } else {
+    out.push_back("ckv_cache");
+    out.push_back("kpe_cache");
+  }
+  if (p.dec_q_pe) out.push_back("decode_q_pe_out");
+  if (p.dec_zeros) out.push_back("q_nope_zeros_out");
+  if (p.dec_k_pe) out.push_back("k_pe_out");
+  return out;
 }
 
 std::vector<std::string> backends_under_test() {
@@ -467,7 +525,7 @@ class writes_first_backend final : public backend {
 
 TEST_CASE("bad-input catalog: the unbroken base cases run on every backend") {
   const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled,
-                                                                scale_tensors};
+                                                                scale_tensors, decode_outputs};
   for (const std::string& be_name : backends_under_test()) {
     for (size_t v = 0; v < variants.size(); ++v) {
       INFO("backend " << be_name << ", base variant " << v);

@@ -47,7 +47,7 @@ TEST_CASE("repro: canonical key order and default values") {
                 "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
                 "order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
                 "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major kv_layout=separate "
-                "row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
+                "dec_out=none dec=0 row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
                 "positions=random rope_table=random amp=4 seed=1",
                 0) == 0);
   CHECK(parse_problem("") == d);
@@ -120,11 +120,24 @@ TEST_CASE("repro: errors name the key") {
   CHECK(parse_error_arg("inplace_k=yes") == "inplace_k");
   CHECK(parse_error_arg("scales=device", &msg) == "scales");
   CHECK(msg.find("host|tensor") != std::string::npos);
+  CHECK(parse_error_arg("dec_out=kq", &msg) == "dec_out");  // letters in the order q, z, k
+  CHECK(msg.find("q, z, k") != std::string::npos);
+  CHECK(parse_error_arg("dec_out=qq") == "dec_out");
+  CHECK(parse_error_arg("dec_out=") == "dec_out");
+  CHECK(parse_error_arg("dec_out=all") == "dec_out");
+  CHECK(parse_error_arg("dec=x") == "dec");
   CHECK(parse_error_arg("tq=1 tq=2", &msg) == "tq");
   // constraints
   CHECK(parse_error_arg("tq=5 ts=4 tk=5") == "tq");
   CHECK(parse_error_arg("tq=1 ts=5 tk=4") == "ts");
   CHECK(parse_error_arg("tq=-1") == "tq");
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec_out=qz dec=4", &msg) == "dec");  // N > Tq
+  CHECK(msg.find("0 .. 3") != std::string::npos);
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec_out=q dec=-1") == "dec");
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec_out=k dec=2") == "dec");  // no [N, H, ..] output
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec=2") == "dec");
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec_out=qzk dec=3") == "");
+  CHECK(parse_error_arg("tq=3 ts=3 tk=3 dec_out=z dec=0") == "");
   CHECK(parse_error_arg("dr=3") == "dr");
   CHECK(parse_error_arg("dr=0") == "dr");
   CHECK(parse_error_arg("dn=0") == "dn");
@@ -191,6 +204,11 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
     see("q_layout", std::string(to_string(p.q_layout)));
     see("kv_layout", std::string(to_string(p.kv_layout)));
     see("scales", std::string(to_string(p.scales)));
+    see("dec_q", p.dec_q_pe ? "1" : "0");
+    see("dec_zeros", p.dec_zeros ? "1" : "0");
+    see("dec_k", p.dec_k_pe ? "1" : "0");
+    if (p.dec_q_pe || p.dec_zeros)
+      see("dec_n", p.dec_tokens == 0 ? "0" : p.dec_tokens == p.tq ? "tq" : "between");
     see("row_pad", p.row_pad_elems ? "pad" : "0");
     see("entry_pad", p.entry_pad_elems ? "pad" : "0");
     see("block_pad", p.block_pad_elems ? "pad" : "0");
@@ -222,14 +240,51 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
   CHECK(seen["cache"].size() == 7);
   CHECK(seen["layout"].size() == 3);  // joint, split, shuffled
   for (const char* k : {"table", "style", "order", "scale_conv", "pad_q", "pos_oob",
-                        "inplace_q", "inplace_k", "scales", "q_layout", "kv_layout", "row_pad", "entry_pad",
+                        "inplace_q", "inplace_k", "scales", "dec_q", "dec_zeros", "dec_k", "q_layout", "kv_layout", "row_pad", "entry_pad",
                         "block_pad", "table_pad"}) {
     INFO(k);
     CHECK(seen[k].size() == 2);
   }
+  CHECK(seen["dec_n"].size() == 3);  // N = 0, N = Tq and 0 < N < Tq
   CHECK(seen["pad_at"].size() == 4);
   CHECK(seen["positions"].size() == 3);
   CHECK(seen["rope_table"].size() == 1 + model_presets().size());
   CHECK(seen["amp"].size() == 3);
   CHECK(preset_full > 0);
+}
+
+TEST_CASE("repro: decode outputs print and parse back; --pin keeps N <= Tq") {
+  for (const char* text : {"tq=4 ts=4 tk=4 dec_out=qzk dec=2", "tq=4 ts=4 tk=4 dec_out=q dec=4",
+                           "tq=4 ts=4 tk=4 dec_out=z dec=0", "tq=4 ts=4 tk=4 dec_out=k",
+                           "tq=4 ts=4 tk=4 dec_out=zk dec=1", "tq=4 ts=4 tk=4 dec_out=qk dec=3"}) {
+    INFO(text);
+    const problem p = parse_problem(text);
+    CHECK(parse_problem(p.to_repro()) == p);
+    CHECK(parse_problem(p.to_repro()).to_repro() == p.to_repro());
+  }
+  const problem p = parse_problem("tq=4 ts=4 tk=4 dec_out=zk dec=1");
+  CHECK(!p.dec_q_pe);
+  CHECK(p.dec_zeros);
+  CHECK(p.dec_k_pe);
+  CHECK(p.dec_tokens == 1);
+  CHECK(p.to_repro().find(" dec_out=zk dec=1 ") != std::string::npos);
+  CHECK(problem{}.to_repro().find(" dec_out=none dec=0 ") != std::string::npos);
+  // pins over random problems: N within [0, Tq], every kind of N, a pinned N raises Tq
+  std::set<std::string> kinds;
+  for (uint64_t i = 0; i < 400; ++i) {
+    const problem r = pin_problem(random_problem(5, i, 64), "dec_out=qzk");
+    REQUIRE(r.dec_q_pe);
+    REQUIRE(r.dec_zeros);
+    REQUIRE(r.dec_k_pe);
+    REQUIRE(r.dec_tokens >= 0);
+    REQUIRE(r.dec_tokens <= r.tq);
+    kinds.insert(r.dec_tokens == 0 ? "0" : r.dec_tokens == r.tq ? "tq" : "between");
+    const problem n = pin_problem(random_problem(5, i, 64), "dec=3");
+    REQUIRE(n.tq >= 3);
+    REQUIRE(n.dec_tokens == 3);
+    REQUIRE((n.dec_q_pe && n.dec_zeros && n.dec_k_pe));
+    const problem k = pin_problem(random_problem(5, i, 64), "dec_out=k");
+    REQUIRE(k.dec_tokens == 0);
+  }
+  CHECK(kinds.size() == 3);
 }

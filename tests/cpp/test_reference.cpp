@@ -744,3 +744,64 @@ TEST_CASE("reference: layout shuffled puts each entry's parts where core/SPEC.md
     CHECK(m.rope_offset_elems(3, 2) == bs * dn + 3 * w + 2);
   }
 }
+
+// Decode outputs (core/SPEC.md "Decode outputs"), f32 so every value is exact. Tq = Ts = 3,
+// Tk = 4, N = 2, a 90 degree rotation (a' = -b, b' = a); token 1 is padding (slot -1).
+TEST_CASE("reference: decode outputs: rows t < N of computed q rows, k_pe_out rows of written tokens") {
+  for (const pad_q padding : {pad_q::skipped, pad_q::computed}) {
+    INFO("pad_q " << to_string(padding));
+    hand_case c;
+    c.tq = 3; c.ts = 3; c.tk = 4;
+    c.init();
+    rotate_90_everywhere(c);
+    c.slots = {0, -1, 2};
+    c.opt.padding = padding;
+    const float mark = 777.0f;  // every decode output element starts here
+    std::vector<float> dec(2 * 1 * 4, mark), zeros(2 * 1 * 2, mark), kout(4 * 4, mark);
+    op_args a = c.args();
+    a.decode_q_pe_out = make_view(dtype::f32, dec.data(), {2, 1, 4});
+    a.q_nope_zeros_out = make_view(dtype::f32, zeros.data(), {2, 1, 2});
+    a.k_pe_out = make_view(dtype::f32, kout.data(), {4, 4});
+    reference_run(a);
+    // q_pe rows: [200..203], [204..207]; token 0 rotated, token 1 only when its row is computed
+    const std::vector<float> row1 = padding == pad_q::computed ? std::vector<float>{-205, 204, -207, 206}
+                                                               : std::vector<float>{mark, mark, mark, mark};
+    std::vector<float> want_dec = {-201, 200, -203, 202};
+    want_dec.insert(want_dec.end(), row1.begin(), row1.end());
+    CHECK(dec == want_dec);
+    const std::vector<float> zrow1 = padding == pad_q::computed ? std::vector<float>{0, 0}
+                                                                : std::vector<float>{mark, mark};
+    CHECK(zeros == std::vector<float>{0, 0, zrow1[0], zrow1[1]});
+    for (size_t i = 0; i < zeros.size(); ++i)
+      if (zeros[i] == 0.0f) CHECK(!std::signbit(zeros[i]));  // +0, all-zero bits
+    // k_pe rows [400..403] .. [412..415]: token 0 and 2 written, 1 (slot -1) and 3 (>= Ts) not
+    CHECK(kout == std::vector<float>{-401, 400, -403, 402, mark, mark, mark, mark,
+                                     -409, 408, -411, 410, mark, mark, mark, mark});
+    // q_out and the cache as without decode outputs
+    CHECK(q_out_row(c, 0, 0) == std::vector<float>{100, 101, -201, 200, -203, 202});
+    CHECK(cache_row(c, 2) == std::vector<float>{304, 305, -409, 408, -411, 410});
+  }
+}
+
+TEST_CASE("reference: decode outputs: N = 0 writes no decode row; N = Tq all; with inplace_q equal to q_pe's new rows") {
+  hand_case c;
+  c.tq = 2; c.ts = 2; c.tk = 2;
+  c.init();
+  rotate_90_everywhere(c);
+  c.opt.inplace_q = true;
+  c.opt.inplace_k = true;
+  std::vector<float> dec(2 * 4, 777.0f), kout(2 * 4, 777.0f);
+  std::vector<float> none(1, 555.0f);
+  op_args a = c.args();
+  a.decode_q_pe_out = make_view(dtype::f32, dec.data(), {2, 1, 4});
+  a.q_nope_zeros_out = make_view(dtype::f32, none.data(), {0, 1, 2});  // N = 0 is fine alone
+  a.k_pe_out = make_view(dtype::f32, kout.data(), {2, 4});
+  // two different N (2 and 0): an error naming the zero buffer, nothing written
+  CHECK_THROWS_WITH_AS(reference_run(a), doctest::Contains("q_nope_zeros_out.shape[0]"), arg_error);
+  CHECK(dec == std::vector<float>(8, 777.0f));
+  a.q_nope_zeros_out = tensor_view{};
+  reference_run(a);
+  CHECK(dec == c.q_pe);  // N = Tq: every row, equal to the in-place rows
+  CHECK(kout == c.k_pe);
+  CHECK(none[0] == 555.0f);
+}

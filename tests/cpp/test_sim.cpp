@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -336,4 +337,104 @@ TEST_CASE("sim: pinned grid loops write the same bytes as the plain loops") {
     CHECK(rep.outcome == case_outcome::passed);
   }
   ropekv_gpu::rk_variant_overrides() = saved;
+}
+
+// Decode outputs (core/SPEC.md "Decode outputs"): the sim against the reference (rope rows by
+// the rope rule, the zero buffer and every byte not written bit for bit), and within each run
+// bit for bit: decode_q_pe_out rows are the in-place q_pe rows, k_pe_out rows the in-place k_pe
+// rows (the same values, rounded the same way).
+TEST_CASE("sim vs reference: decode outputs, every N, bit for bit where the contract says so") {
+  const std::string common = "tq=5 ts=6 tk=8 h=3 p=50 seed=5 inplace_q=1 inplace_k=1 ";
+  const std::string base = common + "dn=40 dr=8 bs=4 nb=4 ";
+  std::vector<std::string> cases;
+  for (const char* n : {"0", "1", "3", "5"})
+    for (const char* pad : {"pad_slots=0", "pad_slots=2 pad_at=spread pad_q=skipped", "pad_slots=2 pad_q=computed"})
+      cases.push_back(base + pad + " dec_out=qzk dec=" + n);
+  cases.push_back(base + "dec_out=q dec=2 in=f32 qo=f32 cache=fp8_e4m3fn k_scale=0.3");
+  cases.push_back(base + "dec_out=z dec=4 in=f16 qo=fp8_e5m2 q_scale=0.7 q_layout=head_major");
+  cases.push_back(base + "dec_out=k layout=split row_pad=3 style=neox kv_layout=fused");
+  cases.push_back(common + "dec_out=zk dec=3 layout=shuffled bs=16 nb=1 dn=48 dr=16");
+  // shapes the fast paths take without decode outputs: with them the general body runs
+  cases.push_back("tq=8 ts=8 tk=8 h=16 dn=512 dr=64 p=64 bs=16 nb=1 dec_out=qzk dec=3 inplace_q=1 inplace_k=1");
+  cases.push_back("tq=8 ts=8 tk=8 h=16 dn=512 dr=64 p=64 bs=16 nb=1 dec_out=qzk dec=8 cache=fp8_e4m3fn k_scale=0.5");
+  for (const std::string& repro : cases) {
+    INFO(repro);
+    const problem p = parse_problem(repro);
+    case_data initial = make_case(p);
+    case_data ref = initial.clone();
+    case_data got = initial.clone();
+    auto cpu = make_cpu_backend();
+    auto sim = make_sim_backend();
+    cpu->run_host(ref.args, ref.regions());
+    REQUIRE(sim->unsupported_reason(got.args) == "");
+    sim->run_host(got.args, got.regions());
+    CHECK(sim->last_variant().find("+decode") != std::string::npos);
+    const case_report r = compare_runs(initial, ref, got, compare_options{});
+    INFO(format_case_report(r, true));
+    CHECK(r.outcome == case_outcome::passed);
+    bool saw_dec_region = false;
+    for (const region_report& g : r.regions)
+      if (g.name == "decode_q_pe_out" || g.name == "q_nope_zeros_out" || g.name == "k_pe_out") saw_dec_region = true;
+    CHECK(saw_dec_region);
+    for (case_data* run : {&ref, &got}) {
+      const op_args& a = run->args;
+      const int64_t n = p.dec_tokens, heads = p.heads, dr = p.dr, es = 2 * (p.in_dtype == dtype::f32 ? 2 : 1);
+      for (int64_t t = 0; t < n && p.dec_q_pe; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const uint8_t* d = static_cast<const uint8_t*>(a.decode_q_pe_out.data) +
+                             (t * a.decode_q_pe_out.strides_elems[0] + h * a.decode_q_pe_out.strides_elems[1]) * es;
+          const uint8_t* q = static_cast<const uint8_t*>(a.q_pe.data) +
+                             (t * a.q_pe.strides_elems[0] + h * a.q_pe.strides_elems[1]) * es;
+          const uint8_t* q0 = static_cast<const uint8_t*>(initial.args.q_pe.data) +
+                              (t * a.q_pe.strides_elems[0] + h * a.q_pe.strides_elems[1]) * es;
+          const bool computed = std::memcmp(q, q0, static_cast<size_t>(dr * es)) != 0 || p.opt.padding == pad_q::computed;
+          if (computed && p.opt.inplace_q) CHECK(std::memcmp(d, q, static_cast<size_t>(dr * es)) == 0);
+        }
+      }
+      if (p.dec_k_pe && p.opt.inplace_k) {
+        for (int64_t t = 0; t < p.ts; ++t) {
+          const uint8_t* ko = static_cast<const uint8_t*>(a.k_pe_out.data) + t * a.k_pe_out.strides_elems[0] * es;
+          const uint8_t* k = static_cast<const uint8_t*>(a.k_pe.data) + t * a.k_pe.strides_elems[0] * es;
+          const uint8_t* k0 = static_cast<const uint8_t*>(initial.args.k_pe.data) + t * a.k_pe.strides_elems[0] * es;
+          if (std::memcmp(k, k0, static_cast<size_t>(dr * es)) != 0)
+            CHECK(std::memcmp(ko, k, static_cast<size_t>(dr * es)) == 0);
+        }
+      }
+    }
+  }
+}
+
+// The comparison sees what a kernel with AITER's decode-row bug (rows of the wrong q token), a
+// -0 in the zero buffer, or a k_pe_out row of a padding token would write.
+TEST_CASE("decode outputs: the comparison catches wrong rows, a non-zero zero buffer, a stray k_pe_out row") {
+  const problem p = parse_problem("tq=5 ts=6 tk=8 h=3 dn=40 dr=8 p=50 bs=4 nb=4 seed=5 pad_slots=2 pad_at=head "
+                                  "pad_q=computed dec_out=qzk dec=3");
+  case_data initial = make_case(p);
+  case_data ref = initial.clone();
+  make_cpu_backend()->run_host(ref.args, ref.regions());
+  auto region_fails = [&](const std::function<void(case_data&)>& damage, const std::string& region) {
+    case_data bad = ref.clone();
+    damage(bad);
+    const case_report r = compare_runs(initial, ref, bad, compare_options{});
+    bool hit = false;
+    for (const region_report& g : r.regions) hit = hit || (g.name == region && g.mismatches > 0);
+    INFO(format_case_report(r, true));
+    CHECK(r.outcome == case_outcome::failed);
+    CHECK_MESSAGE(hit, region);
+  };
+  const int64_t es = 2;  // bf16
+  region_fails([&](case_data& c) {  // row 0 from token 2 (Tq - N = 2 rows off, as AITER's)
+    const tensor_view& d = c.args.decode_q_pe_out;
+    uint8_t* base = static_cast<uint8_t*>(d.data);
+    std::memcpy(base, base + 2 * d.strides_elems[0] * es, static_cast<size_t>(p.dr * es));
+  }, "decode_q_pe_out");
+  region_fails([&](case_data& c) {  // -0 (0x8000) in the zero buffer
+    static_cast<uint8_t*>(c.args.q_nope_zeros_out.data)[1] = 0x80;
+  }, "q_nope_zeros_out");
+  region_fails([&](case_data& c) {  // token 0 (slot -1) gets a k_pe_out row
+    std::memset(c.args.k_pe_out.data, 0, static_cast<size_t>(p.dr * es));
+  }, "k_pe_out.untouched");
+  region_fails([&](case_data& c) {  // a non-zero byte in row t = 2 < N of the zero buffer
+    std::memset(static_cast<uint8_t*>(c.args.q_nope_zeros_out.data) + 2 * c.args.q_nope_zeros_out.strides_elems[0] * es + 0, 1, 2);
+  }, "q_nope_zeros_out");
 }

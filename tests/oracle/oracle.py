@@ -25,6 +25,7 @@ Numerics (core/SPEC.md, "Numerics"):
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 import struct
@@ -86,7 +87,7 @@ for _n, _f in FORMATS.items():
 # repro strings
 
 _INT_KEYS = ("tq", "ts", "tk", "h", "dn", "dr", "p", "bs", "nb", "row_pad", "entry_pad",
-             "block_pad", "table_pad", "pad_slots", "seed")
+             "block_pad", "table_pad", "pad_slots", "seed", "dec")
 _ENUMS = {
     "in": ("f32", "f16", "bf16"),
     "table_dtype": ("f32", "f16", "bf16"),
@@ -115,8 +116,10 @@ DEFAULTS = {
     "inplace_k": False, "k_scale": np.float32(1.0), "q_scale": np.float32(1.0),
     "scales": "host", "q_layout": "token_major", "kv_layout": "separate", "row_pad": 0, "entry_pad": 0,
     "block_pad": 0, "table_pad": 0, "pad_slots": 0, "pad_at": "tail", "positions": "random",
-    "rope_table": "random", "amp": 4.0, "seed": 1,
+    "rope_table": "random", "amp": 4.0, "seed": 1, "dec_out": "none", "dec": 0,
 }
+
+_DEC_OUT = re.compile(r"^(none|q?z?k?)$")
 
 
 def float32_from_decimal(text: str) -> np.float32:
@@ -151,6 +154,12 @@ def parse_repro(text: str) -> dict:
                 out[key] = float32_from_decimal(value)
             except (ValueError, ZeroDivisionError):
                 raise ValueError(f"repro: {key} expects a float, got {value!r}") from None
+        elif key == "dec_out":
+            # decode outputs passed: none, or letters q (decode_q_pe_out), z (q_nope_zeros_out),
+            # k (k_pe_out) in that order
+            if not _DEC_OUT.match(value):
+                raise ValueError(f"repro: dec_out expects none or letters of qzk in order, got {value!r}")
+            out[key] = value
         elif key == "amp":
             out[key] = float(value)
         elif key == "rope_table":
@@ -623,4 +632,28 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         if k_rows.size:
             k_pe_new[k_rows] = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)
         out["k_pe.expected"] = k_pe_new
+
+    # decode outputs (SPEC "Decode outputs"): rows t < N of computed q rows; k_pe_out the rows
+    # the cache gets; all rounded like in-place values (input dtype, no scale)
+    dec_out, n_dec = p["dec_out"], p["dec"]
+    if n_dec > tq:
+        raise ValueError(f"dec: expected N <= Tq = {tq}, got {n_dec}")
+    dec_rows = q_rows[q_rows < n_dec]
+    if "q" in dec_out:
+        d = _need(tensors, "decode_q_pe_out.initial", (n_dec, h, dr)).copy()
+        if dec_rows.size:
+            cd = cos_tab[pos[dec_rows]][:, None, :]
+            sd = sin_tab[pos[dec_rows]][:, None, :]
+            d[dec_rows] = rope_round(q_pe[dec_rows].astype(np.float32), cd, sd, style, in_dt,
+                                     evaluation=evaluation)
+        out["decode_q_pe_out.expected"] = d
+    if "z" in dec_out:
+        z = _need(tensors, "q_nope_zeros_out.initial", (n_dec, h, dn)).copy()
+        z[dec_rows] = np.zeros((), dtype=z.dtype)  # +0: all-zero bits
+        out["q_nope_zeros_out.expected"] = z
+    if "k" in dec_out:
+        ko = _need(tensors, "k_pe_out.initial", (tk, dr)).copy()
+        if k_rows.size:
+            ko[k_rows] = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)
+        out["k_pe_out.expected"] = ko
     return out

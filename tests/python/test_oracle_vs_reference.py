@@ -22,6 +22,7 @@ MAX_TOKENS = int(os.environ.get("ROPEKV_ORACLE_MAX_TOKENS", "32"))
 
 SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
 SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
+DECODE_CASES = int(os.environ.get("ROPEKV_ORACLE_DECODE_CASES", "100"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -86,6 +87,27 @@ def test_reference_matches_oracle_with_scale_tensors(ropekv_bin, tmp_path_factor
 
     _check_pinned(ropekv_bin, tmp_path_factory, SCALES_CASES, SEED + 2, "scales=tensor", "scale-tensor",
                   check_file)
+
+
+def test_reference_matches_oracle_with_decode_outputs(ropekv_bin, tmp_path_factory):
+    """dec_out=qzk pinned (N from each case's seed: 0, Tq and in between): the oracle computes
+    decode_q_pe_out, q_nope_zeros_out and k_pe_out from SPEC "Decode outputs", byte for byte;
+    the campaign must hold cases with 0 < N < Tq (the rows AITER's Triton op gets wrong)."""
+    kinds = Counter()
+
+    def check_file(meta, tensors):
+        p = o.parse_repro(meta["repro"])
+        assert p["dec_out"] == "qzk", meta["repro"]
+        n = p["dec"]
+        assert tensors["decode_q_pe_out.expected"].shape == (n, p["h"], p["dr"])
+        assert tensors["q_nope_zeros_out.expected"].shape == (n, p["h"], p["dn"])
+        assert tensors["k_pe_out.expected"].shape == (p["tk"], p["dr"])
+        kinds["0<N<Tq" if 0 < n < p["tq"] else "N=Tq>0" if n == p["tq"] > 0 else "N=0"] += 1
+
+    _check_pinned(ropekv_bin, tmp_path_factory, DECODE_CASES, SEED + 3, "dec_out=qzk", "decode-output",
+                  check_file)
+    if DECODE_CASES >= 50:
+        assert kinds["0<N<Tq"] > 0 and kinds["N=Tq>0"] > 0, kinds
 
 
 def test_oracle_shuffle_is_the_spec_formula():
