@@ -21,7 +21,7 @@ campaign() {
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  "$BIN" report merge "$W/$name"-*.json --json "$OUT/$name.json" > "$W/$name-merge.log" 2>&1
+  "$BIN" report merge "$W/$name"-[0-3].json --json "$OUT/$name.json" > "$W/$name-merge.log" 2>&1
   say "$name ($backends $*): $(tail -1 "$W/$name-merge.log") ($((SECONDS - t0)) s)"
 }
 

@@ -23,7 +23,7 @@ PART=${PART:-all}
 [ -n "$BEFORE" ] && say "before $("$BEFORE" info | head -1)"
 if [ "$PART" != bench ]; then
 campaign ref-plugin-gpu "ref,plugin:$PLUGIN" 5000 --seed 20261211
-campaign ref-plugin-gpu-domain "ref,plugin:$PLUGIN" 6000 --seed 20261212 --pin 'cache=bf16 qo=bf16 scales=host'
+campaign ref-plugin-gpu-domain "ref,plugin:$PLUGIN" 6000 --seed 20261212 --pin 'cache=bf16 qo=bf16 scales=host layout=joint dec_out=none'
 t0=$SECONDS
 "$BIN" fuzz --backends "ref,plugin:$PLUGIN" --cases 100 --seed 20261213 --max-tokens 64 --isolate \
   --pin 'cache=bf16 qo=bf16 scales=host' --json "$OUT/ref-plugin-gpu-isolate.json" > "$W/ref-plugin-gpu-isolate.log" 2>&1
