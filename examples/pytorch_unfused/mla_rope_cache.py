@@ -1,7 +1,8 @@
 """The fused MLA op written as a user would in plain PyTorch, unfused: rope on q_pe and k_pe,
 an indexed copy of [kv_c | rope(k_pe)] into the paged cache, a cat for q_out. It follows
 core/SPEC.md: both rope styles, one or two cos/sin tables, joint (either row order), split and
-shuffled caches, fp8 outputs with either scale convention and saturation, padding slots, in-place rope.
+shuffled caches, fp8 outputs with either scale convention and saturation, padding slots, in-place rope,
+AITER's decode outputs (decode_q_pe_out, q_nope_zeros_out, k_pe_out) when the call passes them.
 
     mla_rope_cache_concat(tensors, problem)       # tensors by their golden names; writes in place
 
@@ -76,6 +77,12 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
     q_out = t["q_out"]
     q_out[qi] = torch.cat([_to_output(q_nope[qi].float(), q_out.dtype, q_scale, p.scale_conv),
                            _to_output(q_rot, q_out.dtype, q_scale, p.scale_conv)], dim=-1)
+    # decode outputs (core/SPEC.md "Decode outputs"), when the call passes them: computed q rows t < N
+    qd = qi[qi < p.dec]
+    if "decode_q_pe_out" in t:
+        t["decode_q_pe_out"][qd] = q_rot[:qd.numel()].to(q_pe.dtype)
+    if "q_nope_zeros_out" in t:
+        t["q_nope_zeros_out"][qd] = 0
     if p.inplace_q:
         q_pe[qi] = q_rot.to(q_pe.dtype)
 
@@ -107,5 +114,7 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
         block, entry = s // ckv.shape[1], s % ckv.shape[1]
         ckv[block, entry] = nope
         kpe[block, entry] = rope
+    if "k_pe_out" in t:  # the rows the cache gets
+        t["k_pe_out"][ki] = k_rot.to(k_pe.dtype)
     if p.inplace_k:
         k_pe[ki] = k_rot.to(k_pe.dtype)

@@ -36,8 +36,10 @@ NUMPY_DTYPES = {
     "fp8_e5m2": _np.dtype(_mld.float8_e5m2), "fp8_e5m2fnuz": _np.dtype(_mld.float8_e5m2fnuz),
     "i32": _np.dtype(_np.int32), "i64": _np.dtype(_np.int64), "u8": _np.dtype(_np.uint8),
 }
-# Tensors a kernel writes (q_pe / k_pe only with inplace_q / inplace_k).
-OUTPUT_NAMES = ("q_out", "cache", "ckv_cache", "kpe_cache", "q_pe", "k_pe")
+# Tensors a kernel may write (q_pe / k_pe only with inplace_q / inplace_k, the decode outputs only
+# when the problem passes them): a case's own list is output_names(problem).
+OUTPUT_NAMES = ("q_out", "cache", "ckv_cache", "kpe_cache", "q_pe", "k_pe", "decode_q_pe_out", "k_pe_out",
+                "q_nope_zeros_out")
 
 
 class Unsupported(Exception):
@@ -47,7 +49,7 @@ class Unsupported(Exception):
 
 # ----------------------------------------------------------------------------------- problems
 _INT_KEYS = {"tq", "ts", "tk", "h", "dn", "dr", "p", "bs", "nb", "inplace_q", "inplace_k",
-             "row_pad", "entry_pad", "block_pad", "table_pad", "pad_slots", "seed"}
+             "row_pad", "entry_pad", "block_pad", "table_pad", "pad_slots", "seed", "dec"}
 _FLOAT_KEYS = {"k_scale", "q_scale", "amp"}
 _ALIASES = {"heads": "h", "block_size": "bs", "num_blocks": "nb", "table_rows": "p",
             "in_dtype": "in", "cache_dtype": "cache", "q_out_dtype": "qo"}
@@ -192,13 +194,8 @@ def make_case(problem: Union[str, Problem]) -> Case:
 
 
 def _outputs_of(case: Case) -> Dict[str, _np.ndarray]:
-    p = case.problem
-    names = [n for n in ("q_out", "cache", "ckv_cache", "kpe_cache") if n in case.tensors]
-    if p.inplace_q:
-        names.append("q_pe")
-    if p.inplace_k:
-        names.append("k_pe")
-    return {n: case.tensors[n] for n in names}
+    """The tensors a kernel writes for the case's problem (core: golden_output_specs)."""
+    return {n: case.tensors[n] for n in _c.output_names(str(case.problem))}
 
 
 def _pristine(case: Case) -> Case:

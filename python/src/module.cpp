@@ -231,6 +231,11 @@ NB_MODULE(_ropekv, m) {
           if (!b.guards_intact()) out += (out.empty() ? "" : "; ") + name + ": " + b.guard_report();
         return out;
       }, "'' when every buffer's guard bytes are intact, else which are damaged");
+  m.def("output_names", [](const std::string& repro) {
+        std::vector<std::string> out;
+        for (const golden_tensor_spec& s : golden_output_specs(parse_problem(repro))) out.push_back(s.name);
+        return out;
+      }, "repro"_a, "The tensors a kernel writes for this problem (q_out, the cache(s), decode outputs, q_pe / k_pe in place)");
   m.def("make_case", [](const std::string& repro) {
     const problem p = parse_problem(repro);
     nb::gil_scoped_release nogil;

@@ -639,6 +639,28 @@ def test_make_case_fused_kv_views_share_memory(repro):
 
 
 # --------------------------------------------------------------------------------- reference
+@pytest.mark.parametrize("dec_out, names", [("qzk", {"decode_q_pe_out", "q_nope_zeros_out", "k_pe_out"}),
+                                            ("k", {"k_pe_out"}), ("none", set())])
+def test_reference_returns_the_decode_outputs_a_problem_passes(dec_out, names):
+    p = ropekv.Problem(SMALL + f" dec_out={dec_out}" + (" dec=2" if dec_out == "qzk" else ""))
+    assert p.dec == (2 if dec_out == "qzk" else 0)  # an int, like the other sizes
+    case = ropekv.make_case(p)
+    ref = ropekv.reference(case)
+    assert set(ref) == {"q_out", "cache"} | names
+    if "decode_q_pe_out" in names:
+        # rows t < N: the rotated q_pe, the same values as q_out's rope columns (bf16, no scale)
+        assert np.array_equal(bits(ref["decode_q_pe_out"]), bits(ref["q_out"][:2, :, p.dn:]))
+        assert not bits(ref["q_nope_zeros_out"]).any()
+    # a kernel that leaves a decode output unwritten fails on it
+    def no_decode_kernel(tensors, problem):
+        for name, value in ropekv.reference(ropekv.make_case(problem)).items():
+            if name not in names:
+                tensors[name][...] = value
+    s = ropekv.fuzz(no_decode_kernel, repro=str(p), shrink=False)
+    assert s.passed == (not names), str(s)
+
+
+# --------------------------------------------------------------------------------- reference
 @pytest.mark.parametrize("repro", [SMALL, SMALL_SPLIT, PADDED])
 def test_reference_returns_copies_and_leaves_case_unchanged(repro):
     case = ropekv.make_case(repro)
