@@ -327,7 +327,8 @@ struct rk_params {
   const float* k_scale_ptr;
   const float* q_scale_ptr;
   // Decode outputs (core/SPEC.md "Decode outputs"), nullptr when absent; the general body
-  // (rk_general_q, rk_write_cache) writes them, launch_plan.h keeps such cases off the fast paths.
+  // (rk_general_q, rk_write_cache) and fast_v4 (rk_v4_q_row, rk_v4_q_row_pair, rk_v4_kv_row:
+  // 16-byte rows, launch_plan.h rk_v4_decode_refusal) write them; fast_v2 / fast_v3 refuse them.
   char* decode_q_pe_out;    // [N, H, Dr] q dtype: rope(q_pe) of q rows t < N, unscaled
   int64_t dec_q_pe_s0, dec_q_pe_s1;
   char* q_nope_zeros_out;   // [N, H, Dn] q dtype: +0 in q rows t < N
@@ -880,8 +881,9 @@ ROPEKV_DEVICE void rk_load_cos_sin_unit(const rk_params& p, int32_t tt, bool neo
   }
 }
 
-// A rotated rope unit into a q_out row's rope part out_pe (16-bit qt): gptj one 16-byte store,
-// neox one in each half (half_bytes = Dr/2 elements further).
+// A rotated rope unit into a 16-bit rope row out_pe of dtype qt (a q_out row's rope part, or a
+// decode output row: decode_q_pe_out, k_pe_out), unscaled: gptj one 16-byte store, neox one in
+// each half (half_bytes = Dr/2 elements further).
 ROPEKV_DEVICE void rk_store_q_rope_unit(int32_t qt, bool neox, char* out_pe, int64_t half_bytes,
                                         int32_t unit, const float* ra, const float* rb) {
   uint32_t o[4] = {0u, 0u, 0u, 0u};
@@ -1043,11 +1045,31 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // host-computed multiply-high division (rk_div_u32). Same preconditions, same conversions and
 // rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
 // path; same behaviour for unchecked device values (an out-of-range position skips the rope
-// units, an out-of-range slot the cache entry).
+// units, an out-of-range slot the cache entry). Decode outputs (rk_v4_zero_row and the stores
+// after a row's rope unit) go with the q row / cache entry they belong to: the zero buffer with
+// the q row's nope chunks, decode_q_pe_out and k_pe_out with its rope units.
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
 // (The batch loops of rk_v4_q_row / rk_v4_kv_row are written out in place: moved into shared
 // load/store helpers they cost the fp8-cache instantiations a 4-8 byte register spill under
 // their 48-register cap, nvcc 13.0 sm_90a, so they stay as measured on the H200.)
+
+// Decode outputs on fast_v4 (core/SPEC.md "Decode outputs"; rows 16-byte aligned, launch_plan.h
+// rk_v4_decode_refusal). The callers test `t < p.num_decode` and the output's pointer once per
+// row, after the row's own stores: uniform over the group (one token per group), so a launch
+// without decode outputs runs one not-taken branch per row and nothing in the chunk loops.
+// The values are the ones the row's q_out / cache rope stores get, rounded into the input dtype
+// without a scale (rk_store_q_rope_unit), so they equal the general path's bit for bit.
+// Row (t, h) of decode_q_pe_out: [Dr] in q's 16-bit dtype.
+ROPEKV_DEVICE char* rk_v4_dec_q_pe_row(const rk_params& p, int64_t t, int64_t h) {
+  return p.decode_q_pe_out + (t * p.dec_q_pe_s0 + h * p.dec_q_pe_s1) * 2;
+}
+// +0 (all-zero bits) over nope chunks first, first + step, ... (8 elements, 16 bytes each) of
+// row (t, h) of q_nope_zeros_out: [Dn] in q's 16-bit dtype.
+ROPEKV_DEVICE void rk_v4_zero_row(const rk_params& p, int64_t t, int64_t h, int32_t first, int32_t step) {
+  char* row = p.q_nope_zeros_out + (t * p.zeros_s0 + h * p.zeros_s1) * 2;  // [Dn] 16-bit
+  const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+  for (int32_t j = first; j < p.v4_nope_chunks; j += step) rk_store_words(row + static_cast<int64_t>(j) * 16, 16, zero);
+}
 
 template <class S>
 ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
@@ -1104,10 +1126,14 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
       }
     }
   }
+  // decode zero buffer: every nope chunk, zero-copy included (the group's lanes of this row)
+  if (t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
+  if (t < p.num_decode && p.decode_q_pe_out != nullptr)
+    rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
 }
 
 // Two q rows of token t in one group (heads h0 and h0 + 1 when h0 + 1 < H): lane l copies nope
@@ -1182,10 +1208,15 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
       }
     }
   }
+  if (t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
+    for (int r = 0; r < rows; ++r) rk_v4_zero_row(p, t, h0 + r, lane, 32);
+  }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
+  if (t < p.num_decode && p.decode_q_pe_out != nullptr)
+    rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h0 + second), p.dr, unit, ra, rb);
 }
 
 template <class S>
@@ -1249,6 +1280,8 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
+  // decode output k_pe_out [Tk, Dr] (kv's 16-bit dtype, unscaled): with the cache entry's rope
+  if (p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
 }
 
 // The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its
