@@ -357,6 +357,7 @@ struct rk_params {
   int32_t v4_kv_rope_group;   // 1: a cache entry's rope units get a group of their own
   int32_t v4_q_pairs;         // 1: a copy-mode q group holds two rows (heads 2i, 2i + 1;
                               // rk_v4_q_row_pair), launched as rk_fast4_kernel<S, 2>
+  int32_t v4_decode;          // 1: decode outputs given, launched as rk_fast4_kernel<S, R, 1>
   int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
@@ -1054,9 +1055,10 @@ constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the fi
 // their 48-register cap, nvcc 13.0 sm_90a, so they stay as measured on the H200.)
 
 // Decode outputs on fast_v4 (core/SPEC.md "Decode outputs"; rows 16-byte aligned, launch_plan.h
-// rk_v4_decode_refusal). The callers test `t < p.num_decode` and the output's pointer once per
-// row, after the row's own stores: uniform over the group (one token per group), so a launch
-// without decode outputs runs one not-taken branch per row and nothing in the chunk loops.
+// rk_v4_decode_refusal). Compiled only into the D = 1 instantiations (rk_params::v4_decode, set
+// by the host plan when any decode output is given), so a launch without them runs the code and
+// registers it ran before. There the callers test `t < p.num_decode` and the output's pointer
+// once per row: uniform over the group (one token per group), nothing in the chunk loops.
 // The values are the ones the row's q_out / cache rope stores get, rounded into the input dtype
 // without a scale (rk_store_q_rope_unit), so they equal the general path's bit for bit.
 // Row (t, h) of decode_q_pe_out: [Dr] in q's 16-bit dtype.
@@ -1071,7 +1073,7 @@ ROPEKV_DEVICE void rk_v4_zero_row(const rk_params& p, int64_t t, int64_t h, int3
   for (int32_t j = first; j < p.v4_nope_chunks; j += step) rk_store_words(row + static_cast<int64_t>(j) * 16, 16, zero);
 }
 
-template <class S>
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
   const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
@@ -1127,13 +1129,13 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     }
   }
   // decode zero buffer: every nope chunk, zero-copy included (the group's lanes of this row)
-  if (t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
+  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-  rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
-  if (t < p.num_decode && p.decode_q_pe_out != nullptr)
+  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
+  rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
 }
 
 // Two q rows of token t in one group (heads h0 and h0 + 1 when h0 + 1 < H): lane l copies nope
@@ -1142,7 +1144,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
 // (units <= l < 2 units): the slot, the position and its cos/sin row serve both rows, so the
 // per-row index work and the position -> cos/sin chain are paid once per two rows. Same
 // conversions and order of checks as rk_v4_q_row; needs 2 units <= 32 and no zero-copy.
-template <class S>
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, int32_t lane) {
   const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
@@ -1208,18 +1210,18 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
       }
     }
   }
-  if (t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
+  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
     for (int r = 0; r < rows; ++r) rk_v4_zero_row(p, t, h0 + r, lane, 32);
   }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-  rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
-  if (t < p.num_decode && p.decode_q_pe_out != nullptr)
+  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h0 + second), p.dr, unit, ra, rb);
+  rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
 }
 
-template <class S>
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
   const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
   const int32_t ct = S::cache >= 0 ? S::cache : p.cache.dtype;
@@ -1279,9 +1281,9 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
   // decode output k_pe_out [Tk, Dr] (kv's 16-bit dtype, unscaled): with the cache entry's rope
-  if (p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
+  if (D && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
+  rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
 }
 
 // The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its
@@ -1290,8 +1292,8 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
 // So the arithmetic of the cache entries (fp8 conversions) is spread over the whole grid,
 // interleaved with the memory-bound q rows, instead of forming one compute-bound phase, and a
 // token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
-// with q rows, not with a conversion chain.
-template <class S, int R = 1>
+// with q rows, not with a conversion chain. D = 1 (rk_params::v4_decode): also the decode outputs.
+template <class S, int R = 1, int D = 0>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = g >> 5;
@@ -1310,17 +1312,17 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     if (t >= p.ts) return;
   }
   if (r < kv_groups) {
-    rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r), l32);
+    rk_v4_kv_row<S, D>(p, t, static_cast<int32_t>(r), l32);
     return;
   }
   if (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next
-    rk_v4_q_row_pair<S>(p, t, 2 * (r - kv_groups), l32);
+    rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
     return;
   }
   const int32_t ql = p.v4_q_lanes_log2;
   const int64_t h = ((r - kv_groups) << (5 - ql)) + (l32 >> ql);
   if (h >= p.heads) return;
-  rk_v4_q_row<S>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
+  rk_v4_q_row<S, D>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

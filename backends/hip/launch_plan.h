@@ -429,6 +429,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     // groups, fewer SMs busy). `qp=0|1` forces it off or on (where it applies).
     const bool pairs_ok = ql == 5 && 2 * units <= 32 && s.heads >= 2;
     p.v4_q_pairs = pairs_ok && (ov.v4_q_pairs >= 0 ? ov.v4_q_pairs == 1 : s.tq * s.heads >= 8192);
+    // decode outputs: the kernel instantiations that write them (rk_fast4_kernel<S, R, 1>)
+    p.v4_decode = rk_has_decode_outputs(p) ? 1 : 0;
     const int64_t rows_per_group = p.v4_q_pairs ? 2 : int64_t{1} << (5 - ql);
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
     const int64_t kv_groups = (int64_t{1} << kvs) + p.v4_kv_rope_group;

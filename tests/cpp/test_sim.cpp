@@ -495,6 +495,12 @@ TEST_CASE("launch plan: decode outputs on fast_v4 need 16-byte rows, fast_v3 nev
   const case_data c = make_case(p);
   ropekv_gpu::rk_params q = ropekv_gpu::rk_make_launch(c.args).params;
   CHECK(ropekv_gpu::rk_v4_refusal(q) == "");
+  CHECK(q.v4_decode == 1);  // the instantiations that write them (kernel.h rk_fast4_body<S, R, 1>)
+  const case_data none = make_case(parse_problem("tq=4 ts=4 tk=4 h=4 dn=512 dr=64 p=16 bs=16 nb=1 seed=2"));
+  const ropekv_gpu::rk_launch plain = ropekv_gpu::rk_make_launch(none.args);
+  CHECK(plain.variant.rfind("fast_v4", 0) == 0);
+  CHECK(plain.variant.find("+decode") == std::string::npos);
+  CHECK(plain.params.v4_decode == 0);
   CHECK(ropekv_gpu::rk_v3_refusal(q) == "decode outputs");
   CHECK(ropekv_gpu::rk_fast_q_refusal(q) == "decode outputs");
   ropekv_gpu::rk_params bad = q;
