@@ -38,13 +38,15 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
 template <class S, int R>
 inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
-// R: q rows per copy-mode group (rk_params::v4_q_pairs). The template-id is parenthesised:
-// hipcc's __launch_bounds__ is a two-parameter macro, and its comma would split it.
-template <class S, int R>
+// R: q rows per copy-mode group (rk_params::v4_q_pairs); D: 1 with decode outputs
+// (rk_params::v4_decode; the D = 0 kernels are the code without them, register for register).
+// The template-id is parenthesised: hipcc's __launch_bounds__ is a two-parameter macro, and its
+// comma would split it.
+template <class S, int R, int D>
 __global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for<S, R>)) rk_fast4_kernel(rk_params p) {
   rk_pdl_trigger();
   rk_pdl_wait();
-  rk_fast4_body<S, R>(p);
+  rk_fast4_body<S, R, D>(p);
 }
 
 }  // namespace ropekv_gpu
@@ -199,9 +201,11 @@ void hip_launch(const op_args& device_args, void* stream) {
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      void (*const kernel)(ropekv_gpu::rk_params) = l.params.v4_q_pairs
-                                                        ? ropekv_gpu::rk_fast4_kernel<decltype(spec), 2>
-                                                        : ropekv_gpu::rk_fast4_kernel<decltype(spec), 1>;
+      using S = decltype(spec);
+      void (*const kernels[2][2])(ropekv_gpu::rk_params) = {
+          {ropekv_gpu::rk_fast4_kernel<S, 1, 0>, ropekv_gpu::rk_fast4_kernel<S, 1, 1>},
+          {ropekv_gpu::rk_fast4_kernel<S, 2, 0>, ropekv_gpu::rk_fast4_kernel<S, 2, 1>}};
+      void (*const kernel)(ropekv_gpu::rk_params) = kernels[l.params.v4_q_pairs ? 1 : 0][l.params.v4_decode ? 1 : 0];
       check(rk_launch_kernel(kernel, grid, block, s, l.pdl, l.params), "kernel launch");
     });
   } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {

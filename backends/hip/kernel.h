@@ -327,7 +327,8 @@ struct rk_params {
   const float* k_scale_ptr;
   const float* q_scale_ptr;
   // Decode outputs (core/SPEC.md "Decode outputs"), nullptr when absent; the general body
-  // (rk_general_q, rk_write_cache) writes them, launch_plan.h keeps such cases off the fast paths.
+  // (rk_general_q, rk_write_cache) and fast_v4 (rk_v4_q_row, rk_v4_q_row_pair, rk_v4_kv_row:
+  // 16-byte rows, launch_plan.h rk_v4_decode_refusal) write them; fast_v2 / fast_v3 refuse them.
   char* decode_q_pe_out;    // [N, H, Dr] q dtype: rope(q_pe) of q rows t < N, unscaled
   int64_t dec_q_pe_s0, dec_q_pe_s1;
   char* q_nope_zeros_out;   // [N, H, Dn] q dtype: +0 in q rows t < N
@@ -356,6 +357,7 @@ struct rk_params {
   int32_t v4_kv_rope_group;   // 1: a cache entry's rope units get a group of their own
   int32_t v4_q_pairs;         // 1: a copy-mode q group holds two rows (heads 2i, 2i + 1;
                               // rk_v4_q_row_pair), launched as rk_fast4_kernel<S, 2>
+  int32_t v4_decode;          // 1: decode outputs given, launched as rk_fast4_kernel<S, R, 1>
   int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
@@ -880,8 +882,9 @@ ROPEKV_DEVICE void rk_load_cos_sin_unit(const rk_params& p, int32_t tt, bool neo
   }
 }
 
-// A rotated rope unit into a q_out row's rope part out_pe (16-bit qt): gptj one 16-byte store,
-// neox one in each half (half_bytes = Dr/2 elements further).
+// A rotated rope unit into a 16-bit rope row out_pe of dtype qt (a q_out row's rope part, or a
+// decode output row: decode_q_pe_out, k_pe_out), unscaled: gptj one 16-byte store, neox one in
+// each half (half_bytes = Dr/2 elements further).
 ROPEKV_DEVICE void rk_store_q_rope_unit(int32_t qt, bool neox, char* out_pe, int64_t half_bytes,
                                         int32_t unit, const float* ra, const float* rb) {
   uint32_t o[4] = {0u, 0u, 0u, 0u};
@@ -1043,13 +1046,34 @@ ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
 // host-computed multiply-high division (rk_div_u32). Same preconditions, same conversions and
 // rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
 // path; same behaviour for unchecked device values (an out-of-range position skips the rope
-// units, an out-of-range slot the cache entry).
+// units, an out-of-range slot the cache entry). Decode outputs (rk_v4_zero_row and the stores
+// after a row's rope unit) go with the q row / cache entry they belong to: the zero buffer with
+// the q row's nope chunks, decode_q_pe_out and k_pe_out with its rope units.
 constexpr int32_t rk_v4_batch = 2;  // nope chunks per lane loaded before the first store
 // (The batch loops of rk_v4_q_row / rk_v4_kv_row are written out in place: moved into shared
 // load/store helpers they cost the fp8-cache instantiations a 4-8 byte register spill under
 // their 48-register cap, nvcc 13.0 sm_90a, so they stay as measured on the H200.)
 
-template <class S>
+// Decode outputs on fast_v4 (core/SPEC.md "Decode outputs"; rows 16-byte aligned, launch_plan.h
+// rk_v4_decode_refusal). Compiled only into the D = 1 instantiations (rk_params::v4_decode, set
+// by the host plan when any decode output is given), so a launch without them runs the code and
+// registers it ran before. There the callers test `t < p.num_decode` and the output's pointer
+// once per row: uniform over the group (one token per group), nothing in the chunk loops.
+// The values are the ones the row's q_out / cache rope stores get, rounded into the input dtype
+// without a scale (rk_store_q_rope_unit), so they equal the general path's bit for bit.
+// Row (t, h) of decode_q_pe_out: [Dr] in q's 16-bit dtype.
+ROPEKV_DEVICE char* rk_v4_dec_q_pe_row(const rk_params& p, int64_t t, int64_t h) {
+  return p.decode_q_pe_out + (t * p.dec_q_pe_s0 + h * p.dec_q_pe_s1) * 2;
+}
+// +0 (all-zero bits) over nope chunks first, first + step, ... (8 elements, 16 bytes each) of
+// row (t, h) of q_nope_zeros_out: [Dn] in q's 16-bit dtype.
+ROPEKV_DEVICE void rk_v4_zero_row(const rk_params& p, int64_t t, int64_t h, int32_t first, int32_t step) {
+  char* row = p.q_nope_zeros_out + (t * p.zeros_s0 + h * p.zeros_s1) * 2;  // [Dn] 16-bit
+  const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+  for (int32_t j = first; j < p.v4_nope_chunks; j += step) rk_store_words(row + static_cast<int64_t>(j) * 16, 16, zero);
+}
+
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
   const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
@@ -1104,9 +1128,13 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
       }
     }
   }
+  // decode zero buffer: every nope chunk, zero-copy included (the group's lanes of this row)
+  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
+    rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
 }
 
@@ -1116,7 +1144,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
 // (units <= l < 2 units): the slot, the position and its cos/sin row serve both rows, so the
 // per-row index work and the position -> cos/sin chain are paid once per two rows. Same
 // conversions and order of checks as rk_v4_q_row; needs 2 units <= 32 and no zero-copy.
-template <class S>
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, int32_t lane) {
   const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
@@ -1182,13 +1210,18 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
       }
     }
   }
+  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
+    for (int r = 0; r < rows; ++r) rk_v4_zero_row(p, t, h0 + r, lane, 32);
+  }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
+    rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h0 + second), p.dr, unit, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
 }
 
-template <class S>
+template <class S, int D>
 ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
   const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
   const int32_t ct = S::cache >= 0 ? S::cache : p.cache.dtype;
@@ -1248,6 +1281,8 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+  // decode output k_pe_out [Tk, Dr] (kv's 16-bit dtype, unscaled): with the cache entry's rope
+  if (D && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
   rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
 }
 
@@ -1257,8 +1292,8 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
 // So the arithmetic of the cache entries (fp8 conversions) is spread over the whole grid,
 // interleaved with the memory-bound q rows, instead of forming one compute-bound phase, and a
 // token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
-// with q rows, not with a conversion chain.
-template <class S, int R = 1>
+// with q rows, not with a conversion chain. D = 1 (rk_params::v4_decode): also the decode outputs.
+template <class S, int R = 1, int D = 0>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = g >> 5;
@@ -1277,17 +1312,17 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     if (t >= p.ts) return;
   }
   if (r < kv_groups) {
-    rk_v4_kv_row<S>(p, t, static_cast<int32_t>(r), l32);
+    rk_v4_kv_row<S, D>(p, t, static_cast<int32_t>(r), l32);
     return;
   }
   if (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next
-    rk_v4_q_row_pair<S>(p, t, 2 * (r - kv_groups), l32);
+    rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
     return;
   }
   const int32_t ql = p.v4_q_lanes_log2;
   const int64_t h = ((r - kv_groups) << (5 - ql)) + (l32 >> ql);
   if (h >= p.heads) return;
-  rk_v4_q_row<S>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
+  rk_v4_q_row<S, D>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

@@ -71,8 +71,9 @@ inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec
   return hpb;
 }
 
-// Decode outputs (core/SPEC.md): the general body (rk_fused_body without fast_q) writes them;
-// fast_v2 (rk_fast_q), fast_v3 and fast_v4 do not, so such cases never reach them.
+// Decode outputs (core/SPEC.md): the general body (rk_fused_body without fast_q) and fast_v4
+// (16-byte rows: rk_v4_decode_refusal) write them; fast_v2 (rk_fast_q) and fast_v3 do not, so
+// such cases never reach them.
 inline bool rk_has_decode_outputs(const rk_params& p) {
   return p.decode_q_pe_out != nullptr || p.q_nope_zeros_out != nullptr || p.k_pe_out != nullptr;
 }
@@ -115,12 +116,25 @@ inline std::string rk_fast_q_refusal(const rk_params& p) {
   return why.empty() ? rk_cos_sin_refusal(p) : why;
 }
 
-// "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
-inline std::string rk_v3_refusal(const rk_params& p) {
+// "" when the decode outputs (if any) suit fast_v4's stores (kernel.h rk_v4_zero_row,
+// rk_store_q_rope_unit): 16-byte rows, base and outer strides (16-bit dtypes: multiples of 8).
+inline std::string rk_v4_decode_refusal(const rk_params& p) {
+  if (p.decode_q_pe_out != nullptr &&
+      (!rk_aligned(p.decode_q_pe_out, 16) || p.dec_q_pe_s0 % 8 != 0 || p.dec_q_pe_s1 % 8 != 0))
+    return "decode_q_pe_out rows not 16-byte aligned";
+  if (p.q_nope_zeros_out != nullptr &&
+      (!rk_aligned(p.q_nope_zeros_out, 16) || p.zeros_s0 % 8 != 0 || p.zeros_s1 % 8 != 0))
+    return "q_nope_zeros_out rows not 16-byte aligned";
+  if (p.k_pe_out != nullptr && (!rk_aligned(p.k_pe_out, 16) || p.k_pe_out_s0 % 8 != 0))
+    return "k_pe_out rows not 16-byte aligned";
+  return {};
+}
+
+// "" when fast_v3's preconditions hold, decode outputs aside (fast_v4 takes those, fast_v3 not).
+inline std::string rk_v3_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
-  if (rk_has_decode_outputs(p)) return "decode outputs";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
@@ -149,11 +163,20 @@ inline std::string rk_v3_refusal(const rk_params& p) {
   return {};
 }
 
+// "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
+inline std::string rk_v3_refusal(const rk_params& p) {
+  if (rk_has_decode_outputs(p)) return "decode outputs";
+  return rk_v3_v4_refusal(p);
+}
+
 // "" when fast_v4 (kernel.h rk_fast4_body) may run on these params, else why not: fast_v3's
-// preconditions, at most 32 rope units per row (one lane each) and 32-bit row indices.
+// preconditions (decode outputs allowed, in 16-byte rows), at most 32 rope units per row (one
+// lane each) and 32-bit row indices.
 inline std::string rk_v4_refusal(const rk_params& p) {
   if (rk_variant_overrides().no_v4) return "v4 disabled";
-  std::string why = rk_v3_refusal(p);
+  std::string why = rk_v3_v4_refusal(p);
+  if (!why.empty()) return why;
+  why = rk_v4_decode_refusal(p);
   if (!why.empty()) return why;
   if (p.dr / (p.neox ? 16 : 8) > 32) return "more than 32 rope units per row";
   if (p.tq * (p.heads + 4) >= (int64_t{1} << 31)) return "Tq x (H + 4) beyond 2^31";
@@ -406,6 +429,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     // groups, fewer SMs busy). `qp=0|1` forces it off or on (where it applies).
     const bool pairs_ok = ql == 5 && 2 * units <= 32 && s.heads >= 2;
     p.v4_q_pairs = pairs_ok && (ov.v4_q_pairs >= 0 ? ov.v4_q_pairs == 1 : s.tq * s.heads >= 8192);
+    // decode outputs: the kernel instantiations that write them (rk_fast4_kernel<S, R, 1>)
+    p.v4_decode = rk_has_decode_outputs(p) ? 1 : 0;
     const int64_t rows_per_group = p.v4_q_pairs ? 2 : int64_t{1} << (5 - ql);
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
     const int64_t kv_groups = (int64_t{1} << kvs) + p.v4_kv_rope_group;
@@ -432,6 +457,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
                 (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
+    if (rk_has_decode_outputs(p)) l.variant += "+decode";
     return l;
   }
   if (rk_v3_refusal(p).empty()) {

@@ -37,10 +37,10 @@ namespace ropekv {
 namespace {
 
 // The kernel entries, as types: Kernel::run(p) is one (block, thread) execution of the body.
-template <class S, int R>
+template <class S, int R, int D>
 struct sim_fast4 {
   static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
-    ropekv_gpu::rk_fast4_body<S, R>(p);
+    ropekv_gpu::rk_fast4_body<S, R, D>(p);
   }
 };
 template <class S>
@@ -154,18 +154,19 @@ void sim_grid(const ropekv_gpu::rk_launch& l, bool fma) {
 }
 
 // fast_v4 with R q rows per group: the pinned loop where the launch matches pin_mla (specialised
-// instantiations only; `pin`: pins allowed and the default copy runs), else the plain one.
-template <class S, int R>
+// instantiations only; `pin`: pins allowed and the default copy runs), else the plain one. With
+// decode outputs (D = 1, rk_params::v4_decode) the plain loop only (compile time).
+template <class S, int R, int D>
 void sim_launch_fast4(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
-  if constexpr (S::neox == 0 || S::neox == 1) {
+  if constexpr ((S::neox == 0 || S::neox == 1) && D == 0) {
     using P = pin_mla<S::neox == 1 ? 4 : 8>;
     if (pin && P::matches(l.params)) {
       g_pinned_launches.fetch_add(1, std::memory_order_relaxed);
-      sim_grid<sim_fast4<S, R>, P>(l, fma);
+      sim_grid<sim_fast4<S, R, D>, P>(l, fma);
       return;
     }
   }
-  sim_grid<sim_fast4<S, R>>(l, fma);
+  sim_grid<sim_fast4<S, R, D>>(l, fma);
 }
 
 // fast_v3 / fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v3_visit).
@@ -173,10 +174,16 @@ template <class S>
 void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
   switch (l.kernel) {
     case ropekv_gpu::rk_kernel::fast4:
-      if (l.params.v4_q_pairs) {
-        sim_launch_fast4<S, 2>(l, fma, pin);
+      if (l.params.v4_decode) {
+        if (l.params.v4_q_pairs) {
+          sim_launch_fast4<S, 2, 1>(l, fma, pin);
+        } else {
+          sim_launch_fast4<S, 1, 1>(l, fma, pin);
+        }
+      } else if (l.params.v4_q_pairs) {
+        sim_launch_fast4<S, 2, 0>(l, fma, pin);
       } else {
-        sim_launch_fast4<S, 1>(l, fma, pin);
+        sim_launch_fast4<S, 1, 0>(l, fma, pin);
       }
       break;
     case ropekv_gpu::rk_kernel::fast3:

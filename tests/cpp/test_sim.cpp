@@ -18,6 +18,7 @@
 #include "core/convert.h"
 #include "core/problem.h"
 #include "core/rng.h"
+#include "tools/bench.h"
 
 // The kernel's own conversions, compiled here as host code (ROPEKV_SIM), to check them
 // bit-for-bit against core's independent conversions.
@@ -402,6 +403,120 @@ TEST_CASE("sim vs reference: decode outputs, every N, bit for bit where the cont
       }
     }
   }
+}
+
+// fast_v4 writes the decode outputs (kernel.h rk_v4_zero_row and the stores after a row's rope
+// unit; launch_plan.h rk_v4_decode_refusal): on shapes it takes (copy and zero-copy concat, one-
+// and two-row q groups with an odd H, the cache split and its rope group, each cache layout, an
+// fp8 cache, neox, f16, an f32 table, head-major q, Dn = 1024, padding skipped / computed, every
+// N, each output alone) the plan picks fast_v4 (+decode), and every byte of every buffer equals
+// what the general body (rk_variant_override::force_general) writes; both pass the reference.
+TEST_CASE("sim: fast_v4 writes the decode outputs, bit for bit the general body's") {
+  const std::string base = "tq=5 ts=7 tk=8 h=5 dn=512 dr=64 p=64 bs=16 nb=1 seed=7 ";
+  struct v4_case {
+    std::string repro;
+    bool zero_copy;
+    int q_pairs;     // rk_variant_override::v4_q_pairs
+    int kv_split;    // rk_variant_override::v4_kv_split (0: the plan's)
+    int rope_group;  // rk_variant_override::v4_kv_rope_group (-1: the plan's)
+  };
+  std::vector<v4_case> cases;
+  int i = 0;
+  for (const char* n : {"0", "1", "3", "5"})
+    for (const char* pad : {"pad_slots=0", "pad_slots=2 pad_at=spread pad_q=skipped", "pad_slots=2 pad_at=head pad_q=computed"}) {
+      cases.push_back({base + pad + " dec_out=qzk dec=" + n, i % 3 == 2, i % 3 == 1 ? 1 : 0, 0, -1});
+      ++i;
+    }
+  cases.push_back({base + "dec_out=qzk dec=4 style=neox", false, 1, 2, -1});
+  cases.push_back({base + "dec_out=qzk dec=4 style=neox", true, 0, 0, -1});
+  cases.push_back({base + "dec_out=qzk dec=3 cache=fp8_e4m3fn k_scale=0.37", false, 1, 0, -1});
+  cases.push_back({base + "dec_out=qzk dec=3 cache=fp8_e5m2 k_scale=0.5 style=neox", false, 0, 4, 0});
+  cases.push_back({base + "dec_out=qzk dec=2 layout=split", false, 0, 0, 1});
+  cases.push_back({base + "dec_out=qzk dec=5 layout=shuffled pad_slots=1", true, 0, 2, -1});
+  cases.push_back({base + "dec_out=qzk dec=5 layout=shuffled cache=fp8_e4m3fnuz k_scale=2", false, 1, 0, -1});
+  cases.push_back({base + "dec_out=qzk dec=3 in=f16 qo=f16 cache=f16 table_dtype=f32", false, 1, 0, -1});
+  cases.push_back({base + "dec_out=qzk dec=3 q_layout=head_major row_pad=8", false, 0, 0, -1});
+  cases.push_back({base + "dec_out=q dec=4", false, 1, 0, -1});
+  cases.push_back({base + "dec_out=z dec=2", true, 0, 0, -1});
+  cases.push_back({base + "dec_out=k pad_slots=2 pad_at=spread", false, 0, 2, 1});
+  cases.push_back({"tq=3 ts=4 tk=4 h=3 dn=1024 dr=32 p=16 bs=16 nb=1 seed=3 dec_out=qzk dec=2", false, 1, 0, -1});
+  cases.push_back({"tq=3 ts=4 tk=4 h=3 dn=1024 dr=32 p=16 bs=16 nb=1 seed=3 dec_out=qzk dec=3", true, 0, 0, -1});
+  cases.push_back({"tq=4 ts=4 tk=4 h=9 dn=64 dr=16 p=16 bs=4 nb=2 seed=4 dec_out=qzk dec=3 style=neox", true, 0, 0, -1});
+  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+  for (const v4_case& vc : cases) {
+    INFO(vc.repro, " zero_copy=", vc.zero_copy, " qp=", vc.q_pairs, " kvs=", vc.kv_split, " r=", vc.rope_group);
+    const problem p = parse_problem(vc.repro);
+    case_data initial = make_case(p);
+    if (vc.zero_copy) apply_zero_copy(initial);
+    case_data ref = initial.clone(), fast = initial.clone(), general = initial.clone();
+    if (vc.zero_copy) {
+      for (case_data* c : {&ref, &fast, &general}) point_q_nope_into_q_out(*c);
+    }
+    make_cpu_backend()->run_host(ref.args, ref.regions());
+
+    ropekv_gpu::rk_variant_override ov;
+    ov.v4_q_pairs = vc.q_pairs;
+    ov.v4_kv_split = vc.kv_split;
+    ov.v4_kv_rope_group = vc.rope_group;
+    ropekv_gpu::rk_variant_overrides() = ov;
+    auto sim = make_sim_backend();
+    REQUIRE(sim->unsupported_reason(fast.args) == "");
+    sim->run_host(fast.args, fast.regions());
+    const std::string v4 = sim->last_variant();
+    ropekv_gpu::rk_variant_overrides() = ropekv_gpu::rk_variant_override{};
+    ropekv_gpu::rk_variant_overrides().force_general = 1;
+    sim->run_host(general.args, general.regions());
+    const std::string gen = sim->last_variant();
+    ropekv_gpu::rk_variant_overrides() = saved;
+    INFO(v4, " vs ", gen);
+    CHECK(v4.rfind("fast_v4", 0) == 0);
+    CHECK(v4.find("+decode") != std::string::npos);
+    CHECK((v4.find("+zero_copy") != std::string::npos) == vc.zero_copy);
+    CHECK((v4.find("+qp") != std::string::npos) == (vc.q_pairs == 1 && !vc.zero_copy));
+    CHECK(gen.rfind("fused_v1", 0) == 0);
+    CHECK(gen.find("+decode") != std::string::npos);
+    for (auto& [name, buf] : fast.buffers) {
+      host_buffer& b = general.buffers.at(name);
+      REQUIRE(buf.raw_size_bytes() == b.raw_size_bytes());
+      CHECK_MESSAGE(std::memcmp(buf.raw(), b.raw(), buf.raw_size_bytes()) == 0, name);
+    }
+    for (case_data* run : {&fast, &general}) {
+      const case_report r = compare_runs(initial, ref, *run, compare_options{});
+      INFO(format_case_report(r, true));
+      CHECK(r.outcome == case_outcome::passed);
+    }
+  }
+}
+
+// A decode output in rows fast_v4 cannot store 16 bytes at a time keeps the case off fast_v4
+// (the general body writes it); fast_v3 refuses decode outputs, aligned or not.
+TEST_CASE("launch plan: decode outputs on fast_v4 need 16-byte rows, fast_v3 never takes them") {
+  const problem p = parse_problem("tq=4 ts=4 tk=4 h=4 dn=512 dr=64 p=16 bs=16 nb=1 seed=2 dec_out=qzk dec=2");
+  const case_data c = make_case(p);
+  ropekv_gpu::rk_params q = ropekv_gpu::rk_make_launch(c.args).params;
+  CHECK(ropekv_gpu::rk_v4_refusal(q) == "");
+  CHECK(q.v4_decode == 1);  // the instantiations that write them (kernel.h rk_fast4_body<S, R, 1>)
+  const case_data none = make_case(parse_problem("tq=4 ts=4 tk=4 h=4 dn=512 dr=64 p=16 bs=16 nb=1 seed=2"));
+  const ropekv_gpu::rk_launch plain = ropekv_gpu::rk_make_launch(none.args);
+  CHECK(plain.variant.rfind("fast_v4", 0) == 0);
+  CHECK(plain.variant.find("+decode") == std::string::npos);
+  CHECK(plain.params.v4_decode == 0);
+  CHECK(ropekv_gpu::rk_v3_refusal(q) == "decode outputs");
+  CHECK(ropekv_gpu::rk_fast_q_refusal(q) == "decode outputs");
+  ropekv_gpu::rk_params bad = q;
+  bad.dec_q_pe_s1 += 4;
+  CHECK(ropekv_gpu::rk_v4_refusal(bad) == "decode_q_pe_out rows not 16-byte aligned");
+  bad = q;
+  bad.q_nope_zeros_out += 2;
+  CHECK(ropekv_gpu::rk_v4_refusal(bad) == "q_nope_zeros_out rows not 16-byte aligned");
+  bad = q;
+  bad.k_pe_out_s0 += 1;
+  CHECK(ropekv_gpu::rk_v4_refusal(bad) == "k_pe_out rows not 16-byte aligned");
+  const problem odd = parse_problem("tq=4 ts=4 tk=4 h=4 dn=512 dr=64 p=16 bs=16 nb=1 seed=2 dec_out=k row_pad=3");
+  const case_data d = make_case(odd);
+  const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(d.args);
+  CHECK(l.variant.rfind("fused_v1", 0) == 0);
+  CHECK(l.variant.find("+decode") != std::string::npos);
 }
 
 // The comparison sees what a kernel with AITER's decode-row bug (rows of the wrong q token), a
