@@ -458,6 +458,12 @@ problem pin_problem(problem p, std::string_view pins) {
   if (free("pad_slots")) p.pad_slots = std::min(p.pad_slots, p.ts);
   if (free("nb")) ensure_blocks(p);
   if (free("dec")) p.dec_tokens = (p.dec_q_pe || p.dec_zeros) ? std::min(p.dec_tokens, p.tq) : 0;
+  // Drawn fp8_ds_mla but another layout pinned: its u8 cache and tile scale rule go (the cache
+  // takes the input's dtype); its Dn, Dr, input dtype and paddings stay, valid in any layout.
+  if (drawn_ds_mla && p.opt.layout != cache_layout::fp8_ds_mla) {
+    if (free("cache") && p.cache_dtype == dtype::u8) p.cache_dtype = p.in_dtype;
+    if (free("ds_scale")) p.opt.tile_scale = ds_scale::amax;
+  }
   if (p.opt.layout == cache_layout::shuffled) {
     // Pinned shuffled: fit the free keys to it. Drawn shuffled but the pins rule it out (say
     // `dn=100` with a bf16 cache): the case takes layout joint instead.

@@ -332,6 +332,12 @@ TEST_CASE("repro: layout fp8_ds_mla and ds_scale print and parse back; constrain
     // drawn fp8_ds_mla, but a pin rules it out: layout joint, the other keys as drawn
     if (r.opt.layout == cache_layout::fp8_ds_mla) {
       ++drawn;
+      for (const char* other : {"layout=joint", "layout=split", "layout=shuffled"}) {  // pinned away from it
+        const problem o = pin_problem(r, other);
+        REQUIRE(o.opt.layout != cache_layout::fp8_ds_mla);
+        REQUIRE(o.cache_dtype == r.in_dtype);
+        REQUIRE(o.opt.tile_scale == ds_scale::amax);
+      }
       const problem j = pin_problem(r, "dn=100");
       REQUIRE(j.opt.layout == cache_layout::joint);
       REQUIRE(j.opt.tile_scale == ds_scale::amax);
