@@ -36,7 +36,18 @@ struct paged_cache_map {
     m.layout = args.options.layout;
     m.order = args.options.order;
     m.dr = args.q_pe.rank == 3 ? args.q_pe.shape[2] : 0;
-    if (m.layout == cache_layout::shuffled) {
+    if (m.layout == cache_layout::fp8_ds_mla) {
+      // u8 entries: nope bytes at [0, 512), rope at byte ds_mla_rope_offset_bytes (16-bit
+      // values: use entry_offset_bytes, not rope_offset_elems, for them)
+      const tensor_view& c = args.cache;
+      m.num_blocks = c.shape[0];
+      m.block_size = c.shape[1];
+      m.dn = ds_mla_dn;
+      m.nope_block_stride = m.rope_block_stride = c.strides_elems[0];
+      m.nope_entry_stride = m.rope_entry_stride = c.strides_elems[1];
+      m.nope_feature0 = 0;
+      m.rope_feature0 = ds_mla_rope_offset_bytes;
+    } else if (m.layout == cache_layout::shuffled) {
       const tensor_view& c = args.cache;
       m.num_blocks = c.shape[0];
       m.block_size = c.shape[1];
@@ -74,6 +85,12 @@ struct paged_cache_map {
   }
 
   int64_t capacity_slots() const { return num_blocks * block_size; }
+
+  // Layout fp8_ds_mla: byte offset of slot s's 656-byte entry (nope byte d at + d, tile k's
+  // scale at + ds_mla_scales_offset_bytes + 4 k, rope value d at + ds_mla_rope_offset_bytes + 2 d).
+  int64_t entry_offset_bytes(int64_t slot) const {
+    return (slot / block_size) * nope_block_stride + (slot % block_size) * nope_entry_stride;
+  }
 
   part_tensor nope_tensor() const {
     return single_cache_tensor(layout) ? part_tensor::cache : part_tensor::ckv_cache;

@@ -59,7 +59,7 @@ layout layout_of(const problem& p) {
   l.q_out_row = p.dn + p.dr + p.row_pad_elems;
   l.table_row = (p.table == table_kind::one ? p.dr : p.dr / 2) + p.table_pad_elems;
   if (single_cache_tensor(p.opt.layout)) {
-    l.entry_stride[0] = p.dn + p.dr + p.entry_pad_elems;
+    l.entry_stride[0] = cache_row_elems(p.opt.layout, p.dn, p.dr) + p.entry_pad_elems;
     l.entry_stride[1] = 0;
   } else {
     l.entry_stride[0] = p.dn + p.entry_pad_elems;
@@ -148,7 +148,7 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
   a.q_out = make_view(p.q_out_dtype, buf(b, "q_out"), {T, H, p.dn + p.dr}, {H * l.q_out_row, l.q_out_row, 1});
   const int64_t nb = p.num_blocks, bs = p.block_size;
   if (single_cache_tensor(p.opt.layout)) {
-    a.cache = make_view(p.cache_dtype, buf(b, "cache"), {nb, bs, p.dn + p.dr},
+    a.cache = make_view(p.cache_dtype, buf(b, "cache"), {nb, bs, cache_row_elems(p.opt.layout, p.dn, p.dr)},
                         {l.block_stride[0], l.entry_stride[0], 1});
   } else {
     a.ckv_cache = make_view(p.cache_dtype, buf(b, "ckv_cache"), {nb, bs, p.dn},

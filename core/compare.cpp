@@ -492,10 +492,16 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   }
 
   // Cache entries and in-place k_pe.
-  const dtype cache_t = cache_any.type;
-  const float k_scale = k_scale_of(args);
-  value_region c_nope_r(joint ? "cache.nope" : "ckv_cache.nope", region_rule::exact, cache_t);
+  // Layout fp8_ds_mla (core/SPEC.md): the u8 entry read as its parts: e4m3fn nope values and
+  // f32 tile scales (both exact: amax is exact and each step is one IEEE operation), rope
+  // values in k_pe's dtype (the rope rule, no scale).
+  const bool ds_mla = o.layout == cache_layout::fp8_ds_mla;
+  const dtype cache_t = ds_mla ? args.k_pe.type : cache_any.type;
+  const float k_scale = ds_mla ? 1.0f : k_scale_of(args);
+  value_region c_nope_r(joint ? "cache.nope" : "ckv_cache.nope", region_rule::exact,
+                        ds_mla ? dtype::fp8_e4m3fn : cache_t);
   value_region c_rope_r(joint ? "cache.rope" : "kpe_cache.rope", region_rule::rope, cache_t);
+  value_region c_scale_r("cache.scales", region_rule::exact, dtype::f32);
   value_region k_inpl_r("k_pe.inplace", region_rule::rope, args.k_pe.type);
   {
     tensor_view ca, cb, ka, kb, ra, rb;
@@ -530,12 +536,23 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     struct at3 { int64_t blk, ent, f; };
     auto physical = [&](int64_t s, bool rope, int64_t d) -> at3 {
       const int64_t blk = s / block_size;
+      if (ds_mla)  // byte of the entry: nope value d, or the first byte of 16-bit rope value d
+        return {blk, s % block_size, rope ? ds_mla_rope_offset_bytes + 2 * d : d};
       if (!shuffled) return {blk, s % block_size, (rope ? map.rope_feature0 : map.nope_feature0) + d};
       const int64_t off = (rope ? map.rope_offset_elems(s, d) : map.nope_offset_elems(s, d)) -
                           blk * map.nope_block_stride;
       return {blk, off / (dn + dr), off % (dn + dr)};
     };
+    // fp8_ds_mla: `n` little-endian bytes of a u8 cache view from [blk, ent, byte0] on
+    auto le_bytes = [](const tensor_view& v, const at3& x, int64_t n) {
+      uint32_t bits = 0;
+      for (int64_t i = 0; i < n; ++i) bits |= bits_at(v, {x.blk, x.ent, x.f + i}) << (8 * i);
+      return bits;
+    };
     auto where = [&](int64_t s, int64_t t, bool rope, int64_t d, const at3& x) {
+      if (ds_mla)
+        return fmt::format("block={} entry={} {} value={} (slot {}, token {}; byte {})", x.blk, x.ent,
+                           rope ? "rope" : "nope", d, s, t, x.f);
       if (!shuffled)
         return fmt::format("block={} entry={} feature={} (slot {}, token {})", x.blk, x.ent, x.f, s, t);
       return fmt::format("block={} entry={} {} feature={} (slot {}, token {}; stored at [{}, {}, {}])",
@@ -544,6 +561,18 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     for (int64_t t = 0; t < ts; ++t) {
       const int64_t s = slots[t];
       if (s < 0) continue;
+      if (ds_mla) {
+        for (int64_t k = 0; k < ds_mla_tiles; ++k) {
+          bool zero = true;
+          for (int64_t i = 0; i < ds_mla_tile_elems; ++i) zero = zero && read_value(args.kv_c, {t, k * ds_mla_tile_elems + i}) == 0.0;
+          const at3 x{s / block_size, s % block_size, ds_mla_scales_offset_bytes + 4 * k};
+          c_scale_r.compare_exact(le_bytes(ca, x, 4), le_bytes(cb, x, 4), zero, opt, [&] {
+            return fmt::format("block={} entry={} scale of tile {} (slot {}, token {}; byte {})", x.blk, x.ent, k, s,
+                               t, x.f);
+          });
+          for (int64_t i = 0; i < 4; ++i) nope_mark.mark(args.cache, {x.blk, x.ent, x.f + i});
+        }
+      }
       for (int64_t d = 0; d < dn; ++d) {
         bool zero = read_value(args.kv_c, {t, d}) == 0.0;
         const at3 x = physical(s, false, d);
@@ -559,9 +588,11 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
         const at3 x = physical(s, true, j);
         const tensor_view& xa = joint ? ca : ra;
         const tensor_view& xb = joint ? cb : rb;
-        c_rope_r.compare_rope(bits_at(xa, {x.blk, x.ent, x.f}), bits_at(xb, {x.blk, x.ent, x.f}), e, zero, opt,
+        const int64_t nbytes = ds_mla ? 2 : 1;
+        c_rope_r.compare_rope(ds_mla ? le_bytes(xa, x, 2) : bits_at(xa, {x.blk, x.ent, x.f}),
+                              ds_mla ? le_bytes(xb, x, 2) : bits_at(xb, {x.blk, x.ent, x.f}), e, zero, opt,
                               [&] { return where(s, t, true, j, x); });
-        rope_mark.mark(joint ? args.cache : args.kpe_cache, {x.blk, x.ent, x.f});
+        for (int64_t i = 0; i < nbytes; ++i) rope_mark.mark(joint ? args.cache : args.kpe_cache, {x.blk, x.ent, x.f + i});
         if (o.inplace_k) {
           const rope_element e_in = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
           k_inpl_r.compare_rope(bits_at(ka, {t, j}), bits_at(kb, {t, j}), e_in, zero, opt,
@@ -579,6 +610,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   }
 
   std::vector<value_region*> value_regions = {&q_nope_r, &q_rope_r, &c_nope_r, &c_rope_r};
+  if (ds_mla) value_regions.push_back(&c_scale_r);
   if (o.inplace_q) value_regions.push_back(&q_inpl_r);
   if (o.inplace_k) value_regions.push_back(&k_inpl_r);
   if (dec_q) value_regions.push_back(&dec_q_r);

@@ -279,7 +279,8 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& p) {
   for (const char* when : {".initial", ".expected"}) {
     s.push_back({std::string("q_out") + when, p.q_out_dtype, {p.tq, p.heads, w}});
     if (single_cache_tensor(p.opt.layout)) {
-      s.push_back({std::string("cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, w}});
+      s.push_back({std::string("cache") + when, p.cache_dtype,
+                   {p.num_blocks, p.block_size, cache_row_elems(p.opt.layout, p.dn, p.dr)}});
     } else {
       s.push_back({std::string("ckv_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dn}});
       s.push_back({std::string("kpe_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dr}});

@@ -26,11 +26,14 @@ struct enum_names;
 
 ROPEKV_ENUM(rope_style, gptj, neox)
 ROPEKV_ENUM(table_kind, one, two)                 // one [P, Dr] cos|sin table, or cos and sin [P, Dr/2]
-ROPEKV_ENUM(cache_layout, joint, split, shuffled)  // shuffled: AITER's 16-token tiles (core/SPEC.md)
+// shuffled: AITER's 16-token tiles; fp8_ds_mla: vLLM's DeepSeek V3.2 sparse-attention entries
+// (u8 cache, 656 bytes per entry: fp8 nope tiles, their f32 scales, 16-bit rope; core/SPEC.md)
+ROPEKV_ENUM(cache_layout, joint, split, shuffled, fp8_ds_mla)
 ROPEKV_ENUM(row_order, nope_first, rope_first)    // joint layout only (shuffled: nope first)
 ROPEKV_ENUM(scale_conv, divide, reciprocal)
 ROPEKV_ENUM(pad_q, computed, skipped)
 ROPEKV_ENUM(pos_oob, error, clamp)
+ROPEKV_ENUM(ds_scale, amax, pow2)                 // layout fp8_ds_mla: a tile's scale (core/SPEC.md)
 
 // Name of enum value v (e.g. "gptj").
 template <typename E>
@@ -46,6 +49,7 @@ struct op_options {
   scale_conv scale = scale_conv::divide;
   pad_q padding = pad_q::computed;
   pos_oob positions = pos_oob::error;
+  ds_scale tile_scale = ds_scale::amax;  // read by layout fp8_ds_mla only
   bool inplace_q = false;  // write rope(q_pe) back into q_pe
   bool inplace_k = false;  // write rope(k_pe) back into k_pe
 };
@@ -64,6 +68,7 @@ struct op_args {
   tensor_view sin;           // [P, Dr/2]          table two
   tensor_view q_out;         // [Tq, H, Dn + Dr]   f32|f16|bf16|fp8*
   tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint or shuffled
+                             // [num_blocks, block_size, 656] u8    layout fp8_ds_mla
   tensor_view ckv_cache;     // [num_blocks, block_size, Dn]       layout split
   tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
   tensor_view k_scale_tensor;  // [1]             f32, optional: k_scale read at run time (core/SPEC.md)
@@ -116,5 +121,21 @@ inline bool single_cache_tensor(cache_layout l) { return l != cache_layout::spli
 // dtype: 4 for f32, 8 for f16/bf16, 16 for fp8) and tokens per tile.
 inline constexpr int64_t shuffled_tile_tokens = 16;
 inline int64_t shuffled_run_elems(int64_t elem_bytes) { return 16 / elem_bytes; }
+
+// Layout fp8_ds_mla (core/SPEC.md "The fp8_ds_mla layout"): one cache entry is 656 bytes (u8
+// elements): Dn = 512 fp8_e4m3fn values in 4 tiles of 128, then the 4 tiles' f32 scales, then
+// Dr = 64 rope values in the input dtype (16-bit). Host-side constants (the reference and the
+// comparison); the GPU kernel keeps its own.
+inline constexpr int64_t ds_mla_dn = 512, ds_mla_dr = 64;
+inline constexpr int64_t ds_mla_tile_elems = 128;                            // nope values per scale
+inline constexpr int64_t ds_mla_tiles = ds_mla_dn / ds_mla_tile_elems;       // 4
+inline constexpr int64_t ds_mla_scales_offset_bytes = ds_mla_dn;             // 512
+inline constexpr int64_t ds_mla_rope_offset_bytes = ds_mla_dn + 4 * ds_mla_tiles;  // 528
+inline constexpr int64_t ds_mla_entry_bytes = ds_mla_rope_offset_bytes + 2 * ds_mla_dr;  // 656
+inline constexpr double ds_mla_fp8_max = 448.0;  // e4m3fn's largest finite value
+// Elements of one cache row of a single-tensor layout: Dn + Dr, or 656 bytes for fp8_ds_mla.
+inline int64_t cache_row_elems(cache_layout l, int64_t dn, int64_t dr) {
+  return l == cache_layout::fp8_ds_mla ? ds_mla_entry_bytes : dn + dr;
+}
 
 }  // namespace ropekv

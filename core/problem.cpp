@@ -23,10 +23,10 @@ namespace ropekv {
 namespace {
 
 // Every repro key, in the canonical print order (docs/golden-format.md).
-constexpr std::array<const char*, 42> repro_keys = {
+constexpr std::array<const char*, 43> repro_keys = {
     "tq",        "ts",        "tk",         "h",          "dn",        "dr",        "p",
     "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
-    "cache",     "table",     "style",      "layout",     "order",     "scale_conv", "pad_q",
+    "cache",     "table",     "style",      "layout",     "ds_scale",  "order",     "scale_conv", "pad_q",
     "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "scales",    "q_layout",
     "kv_layout", "dec_out",   "dec",
     "row_pad",   "entry_pad", "block_pad",  "table_pad",  "pad_slots", "pad_at",    "positions",
@@ -190,6 +190,7 @@ std::string problem::to_repro() const {
   add("table", to_string(table));
   add("style", to_string(opt.style));
   add("layout", to_string(opt.layout));
+  add("ds_scale", to_string(opt.tile_scale));
   add("order", to_string(opt.order));
   add("scale_conv", to_string(opt.scale));
   add("pad_q", to_string(opt.padding));
@@ -223,6 +224,7 @@ bool problem::operator==(const problem& o) const {
          pos_dtype == o.pos_dtype && slot_dtype == o.slot_dtype &&
          q_out_dtype == o.q_out_dtype && cache_dtype == o.cache_dtype && table == o.table &&
          opt.style == o.opt.style && opt.layout == o.opt.layout && opt.order == o.opt.order &&
+         opt.tile_scale == o.opt.tile_scale &&
          opt.scale == o.opt.scale && opt.padding == o.opt.padding &&
          opt.positions == o.opt.positions && opt.inplace_q == o.opt.inplace_q &&
          opt.inplace_k == o.opt.inplace_k && f32_bits(k_scale) == f32_bits(o.k_scale) &&
@@ -286,6 +288,7 @@ void set_problem_key(problem& p, std::string_view key, std::string_view val) {
   else if (key == "table") p.table = parse_enum<table_kind>(val, kc);
   else if (key == "style") p.opt.style = parse_enum<rope_style>(val, kc);
   else if (key == "layout") p.opt.layout = parse_enum<cache_layout>(val, kc);
+  else if (key == "ds_scale") p.opt.tile_scale = parse_enum<ds_scale>(val, kc);
   else if (key == "order") p.opt.order = parse_enum<row_order>(val, kc);
   else if (key == "scale_conv") p.opt.scale = parse_enum<scale_conv>(val, kc);
   else if (key == "pad_q") p.opt.padding = parse_enum<pad_q>(val, kc);
@@ -364,6 +367,33 @@ shuffled_violation shuffled_check(const problem& p) {
   return {};
 }
 
+// Layout fp8_ds_mla (core/SPEC.md): the first key of p that breaks its constraints (key empty
+// when none does). Other layouts: ds_scale keeps its default, and the cache is not u8.
+struct ds_mla_violation {
+  std::string key, expected, got;
+};
+ds_mla_violation ds_mla_check(const problem& p) {
+  if (p.opt.layout != cache_layout::fp8_ds_mla) {
+    if (p.opt.tile_scale != ds_scale::amax)
+      return {"ds_scale", "amax (ds_scale is read by layout fp8_ds_mla only)", std::string(to_string(p.opt.tile_scale))};
+    return {};
+  }
+  if (p.in_dtype != dtype::bf16 && p.in_dtype != dtype::f16)
+    return {"in", "bf16 or f16 (layout fp8_ds_mla keeps the rope part in the 16-bit input dtype)",
+            dtype_name(p.in_dtype)};
+  if (p.dn != ds_mla_dn) return {"dn", "512 (layout fp8_ds_mla)", std::to_string(p.dn)};
+  if (p.dr != ds_mla_dr) return {"dr", "64 (layout fp8_ds_mla)", std::to_string(p.dr)};
+  if (p.cache_dtype != dtype::u8)
+    return {"cache", "u8 (layout fp8_ds_mla: 656-byte entries)", dtype_name(p.cache_dtype)};
+  if (p.opt.order != row_order::nope_first)
+    return {"order", "nope_first (layout fp8_ds_mla)", std::string(to_string(p.opt.order))};
+  if (p.entry_pad_elems % 4 != 0)
+    return {"entry_pad", "a multiple of 4 (layout fp8_ds_mla: f32 scales stay aligned)", std::to_string(p.entry_pad_elems)};
+  if (p.block_pad_elems % 4 != 0)
+    return {"block_pad", "a multiple of 4 (layout fp8_ds_mla: f32 scales stay aligned)", std::to_string(p.block_pad_elems)};
+  return {};
+}
+
 // Enough cache blocks for the non-padding slots at p's block size.
 void ensure_blocks(problem& p) {
   if (p.block_size <= 0) return;
@@ -385,9 +415,24 @@ void fit_shuffled(problem& p, F&& free) {
   if (free("nb")) ensure_blocks(p);
 }
 
+// Moves p's free keys into layout fp8_ds_mla's domain: a 16-bit input (bf16 for f32), Dn 512,
+// Dr 64, a u8 cache, nope first, paddings rounded down to multiples of 4, enough blocks.
+template <typename F>
+void fit_ds_mla(problem& p, F&& free) {
+  if (free("in") && p.in_dtype != dtype::bf16 && p.in_dtype != dtype::f16) p.in_dtype = dtype::bf16;
+  if (free("dn")) p.dn = ds_mla_dn;
+  if (free("dr")) p.dr = ds_mla_dr;
+  if (free("cache")) p.cache_dtype = dtype::u8;
+  if (free("order")) p.opt.order = row_order::nope_first;
+  if (free("entry_pad")) p.entry_pad_elems = p.entry_pad_elems / 4 * 4;
+  if (free("block_pad")) p.block_pad_elems = p.block_pad_elems / 4 * 4;
+  if (free("nb")) ensure_blocks(p);
+}
+
 }  // namespace
 
 problem pin_problem(problem p, std::string_view pins) {
+  const bool drawn_ds_mla = p.opt.layout == cache_layout::fp8_ds_mla;
   std::set<std::string, std::less<>> pinned;
   for (auto [key, val] : repro_tokens(pins, "--pin")) {
     set_problem_key(p, key, val);
@@ -413,6 +458,12 @@ problem pin_problem(problem p, std::string_view pins) {
   if (free("pad_slots")) p.pad_slots = std::min(p.pad_slots, p.ts);
   if (free("nb")) ensure_blocks(p);
   if (free("dec")) p.dec_tokens = (p.dec_q_pe || p.dec_zeros) ? std::min(p.dec_tokens, p.tq) : 0;
+  // Drawn fp8_ds_mla but another layout pinned: its u8 cache and tile scale rule go (the cache
+  // takes the input's dtype); its Dn, Dr, input dtype and paddings stay, valid in any layout.
+  if (drawn_ds_mla && p.opt.layout != cache_layout::fp8_ds_mla) {
+    if (free("cache") && p.cache_dtype == dtype::u8) p.cache_dtype = p.in_dtype;
+    if (free("ds_scale")) p.opt.tile_scale = ds_scale::amax;
+  }
   if (p.opt.layout == cache_layout::shuffled) {
     // Pinned shuffled: fit the free keys to it. Drawn shuffled but the pins rule it out (say
     // `dn=100` with a bf16 cache): the case takes layout joint instead.
@@ -420,6 +471,24 @@ problem pin_problem(problem p, std::string_view pins) {
     fit_shuffled(fitted, free);
     if (shuffled_check(fitted).key.empty() || !free("layout")) p = fitted;
     else p.opt.layout = cache_layout::joint;
+  }
+  // A pinned ds_scale=pow2 asks for layout fp8_ds_mla (the only layout that reads it).
+  if (!free("ds_scale") && p.opt.tile_scale != ds_scale::amax && free("layout")) p.opt.layout = cache_layout::fp8_ds_mla;
+  if (p.opt.layout == cache_layout::fp8_ds_mla) {
+    // Pinned fp8_ds_mla: fit the free keys to it. Drawn fp8_ds_mla but the pins rule it out
+    // (say `dn=100`): the case takes layout joint instead.
+    problem fitted = p;
+    fit_ds_mla(fitted, free);
+    // pinned onto a case drawn with another layout: its tile scale rule from the case's seed
+    if (!drawn_ds_mla && free("ds_scale"))
+      fitted.opt.tile_scale = (rng_mix64(p.seed ^ 0x64735f6d6c61ull) & 1) ? ds_scale::pow2 : ds_scale::amax;
+    if (ds_mla_check(fitted).key.empty() || !free("layout")) {
+      p = fitted;
+    } else {
+      p.opt.layout = cache_layout::joint;
+      if (free("ds_scale")) p.opt.tile_scale = ds_scale::amax;
+      if (free("cache") && p.cache_dtype == dtype::u8) p.cache_dtype = p.in_dtype;
+    }
   }
   check_problem(p);
   return parse_problem(p.to_repro());
@@ -444,7 +513,8 @@ void check_problem(const problem& p) {
   check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64");
   const char* out_types = "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz";
   check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype), out_types);
-  check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), out_types);
+  if (p.opt.layout != cache_layout::fp8_ds_mla)
+    check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), out_types);
   check_scale("k_scale", p.k_scale);
   check_scale("q_scale", p.q_scale);
   check_range("row_pad", p.row_pad_elems, 0, max_pad_limit);
@@ -460,6 +530,7 @@ void check_problem(const problem& p) {
                     std::to_string(p.dec_tokens));
   }
   if (const shuffled_violation v = shuffled_check(p); !v.key.empty()) throw arg_error(v.key, v.expected, v.got);
+  if (const ds_mla_violation v = ds_mla_check(p); !v.key.empty()) throw arg_error(v.key, v.expected, v.got);
   const int64_t written = p.ts - p.pad_slots;
   if (p.num_blocks * p.block_size < written)
     throw arg_error("nb", fmt::format("nb * bs >= {} (the non-padding slots)", written),
@@ -486,7 +557,7 @@ void check_problem(const problem& p) {
   const double q_rows = static_cast<double>(p.tq) * static_cast<double>(p.heads);
   check_bytes("q_nope", q_rows * static_cast<double>(p.dn + p.row_pad_elems), p.in_dtype);
   check_bytes("q_out", q_rows * static_cast<double>(p.dn + p.dr + p.row_pad_elems), p.q_out_dtype);
-  const double entry = static_cast<double>(p.dn + p.dr + p.entry_pad_elems);
+  const double entry = static_cast<double>(cache_row_elems(p.opt.layout, p.dn, p.dr) + p.entry_pad_elems);
   const double block = static_cast<double>(p.block_size) * entry + p.block_pad_elems;
   check_bytes("cache", static_cast<double>(p.num_blocks) * block, p.cache_dtype);
   check_bytes("cos_sin", static_cast<double>(p.table_rows) * (p.dr + p.table_pad_elems),
@@ -656,6 +727,15 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
       p.dec_tokens = u < 0.3 ? p.tq : u < 0.4 ? 0 : r.range(0, p.tq);
     }
   }
+  // Layout fp8_ds_mla (vLLM's DeepSeek V3.2 sparse cache), drawn last for the same reason: its
+  // fixed sizes (Dn 512, Dr 64), a u8 cache, a 16-bit input, either tile scale rule.
+  if (r.chance(0.05)) {
+    p.opt.layout = cache_layout::fp8_ds_mla;
+    p.opt.tile_scale = r.chance(0.5) ? ds_scale::amax : ds_scale::pow2;
+    fit_ds_mla(p, [](const char*) { return true; });
+    bound_cost();  // Dn, Dr may have grown
+    if (p.dec_tokens > p.tq) p.dec_tokens = p.tq;
+  }
   check_problem(p);
   return p;
 }
@@ -666,7 +746,7 @@ problem coerce_aligned16(problem p) {
   if (p.in_dtype != dtype::f16 && p.in_dtype != dtype::bf16)
     p.in_dtype = (p.seed & 1) ? dtype::bf16 : dtype::f16;
   p.q_out_dtype = p.in_dtype;
-  if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
+  if (!dtype_is_fp8(p.cache_dtype) && p.opt.layout != cache_layout::fp8_ds_mla) p.cache_dtype = p.in_dtype;
   p.opt.inplace_q = false;
   p.opt.inplace_k = false;
   p.dn = round_up(p.dn, 8);

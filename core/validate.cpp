@@ -297,6 +297,7 @@ void validate(const op_args& args, bool check_values) {
   check_enum(opt.scale, "options.scale_conv");
   check_enum(opt.padding, "options.pad_q");
   check_enum(opt.positions, "options.pos_oob");
+  check_enum(opt.tile_scale, "options.ds_scale");
 
   // --- presence, rank, dtype, strides of every tensor
   require_present(args.q_nope, "q_nope", "a tensor [Tq, H, Dn]");
@@ -346,6 +347,19 @@ void validate(const op_args& args, bool check_values) {
       check_tensor(args.cache, "cache", 3, out_types);
       if (opt.order != row_order::nope_first)
         throw arg_error("options.order", "nope_first (layout shuffled keeps a block's rope part after its nope part)",
+                        std::string(to_string(opt.order)));
+      break;
+    case cache_layout::fp8_ds_mla:
+      require_present(args.cache, "cache", "a tensor [num_blocks, block_size, 656] u8 (layout fp8_ds_mla)");
+      require_absent(args.ckv_cache, "ckv_cache", "layout fp8_ds_mla");
+      require_absent(args.kpe_cache, "kpe_cache", "layout fp8_ds_mla");
+      check_tensor(args.cache, "cache", 3, {dtype::u8});
+      // the rope part keeps k_pe's 16-bit values (vLLM's kernel takes bf16 or f16 inputs)
+      if (args.k_pe.type != dtype::bf16 && args.k_pe.type != dtype::f16)
+        throw arg_error("k_pe.dtype", "bf16 or f16 (layout fp8_ds_mla stores the rope part in k_pe's 16-bit dtype)",
+                        dtype_name(args.k_pe.type));
+      if (opt.order != row_order::nope_first)
+        throw arg_error("options.order", "nope_first (layout fp8_ds_mla: nope bytes, scales, then rope)",
                         std::string(to_string(opt.order)));
       break;
     case cache_layout::split:
@@ -455,6 +469,26 @@ void validate(const op_args& args, bool check_values) {
     const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
     if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
     check_shape(args.cache, "cache", {nb, bs, row_width});
+    check_cache_entries(args.cache, "cache");
+  } else if (opt.layout == cache_layout::fp8_ds_mla) {
+    const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
+    if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
+    if (dn != ds_mla_dn)
+      throw arg_error("q_nope.shape[2]", fmt::format("Dn = {} (layout fp8_ds_mla: 4 tiles of 128)", ds_mla_dn),
+                      std::to_string(dn));
+    if (dr != ds_mla_dr)
+      throw arg_error("q_pe.shape[2]", fmt::format("Dr = {} (layout fp8_ds_mla)", ds_mla_dr), std::to_string(dr));
+    check_shape(args.cache, "cache", {nb, bs, ds_mla_entry_bytes});
+    // the f32 scales must be 4-byte aligned in every entry
+    for (int dim = 0; dim < 2; ++dim) {
+      if (args.cache.strides_elems[dim] % 4 != 0)
+        throw arg_error(fmt::format("cache.strides[{}]", dim),
+                        "a multiple of 4 bytes (layout fp8_ds_mla: f32 scales in every entry)",
+                        std::to_string(args.cache.strides_elems[dim]));
+    }
+    if (reinterpret_cast<uintptr_t>(args.cache.data) % 4 != 0)
+      throw arg_error("cache.data", "a 4-byte aligned address (layout fp8_ds_mla: f32 scales)",
+                      fmt::format("{}", args.cache.data));
     check_cache_entries(args.cache, "cache");
   } else if (opt.layout == cache_layout::shuffled) {
     const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];

@@ -34,4 +34,6 @@ shuffled-aiter-bf16         tq=4 ts=6 tk=6 h=16 p=256 bs=16 nb=2 table=two layou
 shuffled-aiter-fp8          tq=3 ts=5 tk=5 h=8 p=256 bs=32 nb=2 table_dtype=f32 cache=fp8_e4m3fn table=two layout=shuffled scale_conv=reciprocal k_scale=0.75 block_pad=16 pad_slots=1 pad_at=head rope_table=kimi-k2 seed=42
 scale-tensors-fp8           tq=3 ts=4 tk=4 h=8 dn=128 p=128 bs=16 nb=1 cache=fp8_e4m3fn qo=fp8_e5m2 k_scale=0.37 q_scale=3 scales=tensor amp=60 seed=43
 decode-outputs-bf16         tq=4 ts=6 tk=7 h=16 p=256 bs=16 nb=1 pad_slots=2 pad_at=spread pad_q=skipped dec_out=qzk dec=3 rope_table=deepseek-v3 seed=44
+ds-mla-v32-pow2             tq=4 ts=6 tk=6 h=16 p=256 bs=64 nb=1 layout=fp8_ds_mla cache=u8 ds_scale=pow2 pad_slots=1 pad_at=middle amp=20 rope_table=deepseek-v3 seed=45
+ds-mla-v32-amax-f16         tq=3 ts=4 tk=5 h=8 p=256 bs=16 nb=2 in=f16 table_dtype=f32 layout=fp8_ds_mla cache=u8 ds_scale=amax entry_pad=16 block_pad=64 amp=300 rope_table=deepseek-v3 seed=46
 CASES

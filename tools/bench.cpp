@@ -82,11 +82,16 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
     const int64_t tokens = parse_decimal(n.substr(colon + 1), 1, int64_t{1} << 24, "--case " + n + ": TOKENS");
     for (const std::string& l : layouts) {
       for (const std::string& sc : scales) {
+        const bool ds_mla = parse_enum<cache_layout>(l, "--layout") == cache_layout::fp8_ds_mla;
         for (const std::string& c : caches) {
           problem p = preset_problem(n.substr(0, colon), tokens);
           p.cache_dtype = parse_dtype(c, "--cache");
           if (!dtype_is_float(p.cache_dtype)) throw arg_error("--cache", "a float dtype", c);
           p.opt.layout = parse_enum<cache_layout>(l, "--layout");
+          // fp8_ds_mla fixes its cache (u8 entries of fp8 tiles, scales, 16-bit rope): one case
+          // per preset, whatever --cache lists
+          if (ds_mla && &c != &caches.front()) continue;
+          if (ds_mla) p.cache_dtype = dtype::u8;
           p.scales = parse_enum<scale_storage>(sc, "--scales");
           if (o.decode_tokens >= 0) {  // core/SPEC.md "Decode outputs": all three, N <= Tq
             p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
@@ -96,7 +101,7 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
           const std::string layout_tag = layouts.size() == 1 && l == "joint" ? "" : " layout=" + l;
           const std::string scales_tag = scales.size() == 1 && sc == "host" ? "" : " scales=" + sc;
           const std::string decode_tag = o.decode_tokens >= 0 ? fmt::format(" decode={}", p.dec_tokens) : "";
-          out.push_back({fmt::format("{}:{} cache={}{}{}{}", n.substr(0, colon), tokens, c, layout_tag, scales_tag,
+          out.push_back({fmt::format("{}:{} cache={}{}{}{}", n.substr(0, colon), tokens, ds_mla ? "u8" : c, layout_tag, scales_tag,
                                      decode_tag),
                          p});
         }
@@ -251,7 +256,7 @@ bench_bytes count_bytes(const op_args& a) {
   b.read += q_rows * s.heads * ((zero_copy ? 0 : s.dn) + s.dr) * in_q;
   b.read += k_rows * (s.dn + s.dr) * in_k;
   b.written += q_rows * s.heads * ((zero_copy ? 0 : s.dn) + s.dr) * out_q;
-  b.written += k_rows * (s.dn + s.dr) * cache_sz;
+  b.written += k_rows * (a.options.layout == cache_layout::fp8_ds_mla ? ds_mla_entry_bytes : (s.dn + s.dr) * cache_sz);
   if (a.options.inplace_q) b.written += q_rows * s.heads * s.dr * in_q;
   if (a.options.inplace_k) b.written += k_rows * s.dr * in_k;
   return b;
@@ -323,7 +328,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend");
   b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)")->check(non_empty);
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
-  b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled")->capture_default_str();
+  b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled, fp8_ds_mla (a u8 cache whatever --cache says)")->capture_default_str();
   b->add_option("--scales", o.scales, "How the preset cases pass k_scale / q_scale, comma list: host (floats), tensor ([1] f32 tensors the kernel reads at run time)")->capture_default_str();
   b->add_option("--decode", o.decode_tokens,
                 "Preset cases pass the three decode outputs (decode_q_pe_out, k_pe_out, q_nope_zeros_out) with N "

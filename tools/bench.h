@@ -21,7 +21,7 @@ struct bench_opts {
   std::vector<std::string> cases;      // PRESET:TOKENS; empty = the default list for the backend
   std::vector<std::string> repros;     // extra cases (repro strings), run as given
   std::string caches = "bf16,fp8_e4m3fn";  // cache dtypes for the preset cases
-  std::string layouts = "joint";          // cache layouts for the preset cases (joint, split, shuffled)
+  std::string layouts = "joint";          // cache layouts for the preset cases (joint, split, shuffled, fp8_ds_mla)
   std::string scales = "host";            // how the preset cases pass k_scale / q_scale (host, tensor)
   int64_t decode_tokens = -1;             // --decode N: preset cases pass all three decode outputs, N = min(N, Tq); -1: none
   std::string modes = "copy,zero_copy";    // copy: q_nope separate; zero_copy: q_nope inside q_out

@@ -307,7 +307,8 @@ int cmd_run(cli_state& st, const run_opts& o) {
   }
   int64_t row = p.dn + p.dr;
   int64_t q_bytes = q_rows * p.heads * row * static_cast<int64_t>(dtype_size_bytes(p.q_out_dtype));
-  int64_t cache_bytes = written_slots * row * static_cast<int64_t>(dtype_size_bytes(p.cache_dtype));
+  int64_t cache_bytes = written_slots * cache_row_elems(p.opt.layout, p.dn, p.dr) *
+                        static_cast<int64_t>(dtype_size_bytes(p.cache_dtype));
   st.out << fmt::format("ropekv run: backend {}{}\n", bname,
                         o.preset.empty() ? std::string() : ", preset " + o.preset);
   st.out << fmt::format("  tokens: Tq={} Ts={} Tk={} ({} padding slots), heads {}, dn {}, dr {}\n", p.tq,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,41 @@ struct output_rule {
   }
 
 };
+
+// Layout fp8_ds_mla (core/SPEC.md "The fp8_ds_mla layout"): one 656-byte entry at `entry` from
+// kv_c's row (dtype `in`) and the exact rope values `rot` (rounded into k_pe's dtype `rope_t`).
+// Per tile of 128 nope values: amax = the largest |x| (fp32(x) exact; NaN ignored, as fmaxf
+// does); scale = fp32(amax / 448), at least FLT_MIN (amax) or at least fp32(1e-4) and then the
+// smallest power of two >= it (pow2); each value round_sat_e4m3fn(fp32(fp32(x) / scale)).
+void write_ds_mla_entry(dtype in, const uint8_t* kv_row, const double* rot, dtype rope_t, ds_scale rule,
+                        uint8_t* entry, scratch_rows& s) {
+  float* x = s.nope.data();
+  double* v = s.nope_scaled.data();
+  decode_row_to_f32(in, kv_row, x, ds_mla_dn);
+  for (int64_t k = 0; k < ds_mla_tiles; ++k) {
+    const float* tile = x + k * ds_mla_tile_elems;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < ds_mla_tile_elems; ++i) {
+      const float a = std::fabs(tile[i]);
+      if (a > amax) amax = a;  // a NaN compares false: ignored
+    }
+    float scale = amax / static_cast<float>(ds_mla_fp8_max);  // one fp32 division
+    if (rule == ds_scale::amax) {
+      scale = std::max(scale, std::numeric_limits<float>::min());
+    } else {
+      scale = std::max(scale, 1e-4f);
+      if (std::isfinite(scale)) {
+        int e = 0;
+        const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
+        if (m != 0.5f) scale = std::ldexp(1.0f, e);  // inf beyond float's range
+      }
+    }
+    for (int64_t i = 0; i < ds_mla_tile_elems; ++i) v[k * ds_mla_tile_elems + i] = static_cast<float>(tile[i] / scale);
+    std::memcpy(entry + ds_mla_scales_offset_bytes + 4 * k, &scale, sizeof scale);
+  }
+  encode_row_from_f64(dtype::fp8_e4m3fn, v, entry, ds_mla_dn, overflow_mode::saturate);
+  encode_row_from_f64(rope_t, rot, entry + ds_mla_rope_offset_bytes, ds_mla_dr, overflow_mode::ieee);
+}
 
 // rope(x) for one row of Dr values: out[j] = x[j]*C + R(x[j])*S. The products of two fp32
 // values are exact in double, so each sum is the exact value rounded once (in double). One
@@ -302,7 +338,10 @@ void reference_run(const op_args& args) {
           decode_row_to_f32(args.k_pe.type, k_pe_raw.at(kpe_off), s.x.data(), sz.dr);
           rope_row(opt.style, sz.dr, s.x.data(), s.cos_row.data(), s.sin_row.data(), s.rot.data());
           const uint8_t* kv_row = kv_c_raw.at(t * args.kv_c.strides_elems[0]);
-          if (map.run_elems == 0) {  // a part's features are contiguous (innermost stride 1)
+          if (map.layout == cache_layout::fp8_ds_mla) {
+            write_ds_mla_entry(args.kv_c.type, kv_row, s.rot.data(), args.k_pe.type, opt.tile_scale,
+                               nope_cache_raw.at(map.entry_offset_bytes(slot)), s);
+          } else if (map.run_elems == 0) {  // a part's features are contiguous (innermost stride 1)
             k_rule.write_nope(args.kv_c.type, kv_row, nope_cache_raw.at(map.nope_offset_elems(slot, 0)),
                               sz.dn, s);
             k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);

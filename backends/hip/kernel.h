@@ -336,6 +336,10 @@ struct rk_params {
   char* k_pe_out;           // [Tk, Dr] k dtype: rope(k_pe) of tokens whose cache entry is written
   int64_t k_pe_out_s0;
   int64_t num_decode;       // N (0 when neither [N, H, ..] output is given)
+  // Layout fp8_ds_mla (core/SPEC.md): cache entries of 656 bytes written by the general body
+  // (rk_write_ds_mla_entry; launch_plan.h keeps such cases off fast_v3/v4). The cache's parts
+  // then address bytes (cache.dtype e4m3fn). ds_pow2: tile scales rounded up to a power of two.
+  int32_t ds_mla, ds_pow2;
   // launch shape
   int64_t heads_per_block;
   // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
@@ -559,6 +563,55 @@ ROPEKV_DEVICE void rk_general_q(const rk_params& p, int64_t t, int64_t group, co
       char* dec_row_ptr = dec_pe != nullptr ? dec_pe + (t * p.dec_q_pe_s0 + h * p.dec_q_pe_s1) * q_sz : nullptr;
       rk_rope_pair(p, pe_row, p.q_dtype, p.inplace_q ? pe_row : nullptr, dec_row_ptr, out_row + p.dn * o_sz,
                    false, p.q_out_dtype, qs.scale, qs.inv_scale, qs.mul, r - nope_chunks, cos_row, sin_row);
+    }
+  }
+}
+
+// Layout fp8_ds_mla, the kernel's own constants: bytes of an entry's nope part (512 e4m3fn
+// values, 4 tiles of 128), then 4 f32 tile scales, then 64 rope values in k's 16-bit dtype.
+constexpr int64_t rk_ds_tile = 128, rk_ds_tiles = 4, rk_ds_scales_at = 512, rk_ds_rope_at = 528;
+
+// The smallest power of two >= s, for a finite s >= 2^-126 (inf stays inf; past 2^127: inf).
+ROPEKV_HOST_DEVICE float rk_pow2_at_least(float s) {
+  const uint32_t bits = rk_f32_bits(s);
+  if ((bits & 0x7fffffu) == 0u || (bits >> 23) >= 0xffu) return s;  // a power of two, or inf
+  return rk_bits_f32(((bits >> 23) + 1u) << 23);                    // exponent + 1, mantissa 0
+}
+
+// Token t's fp8_ds_mla entry: units 0..3 are the nope tiles (each thread reduces its tile's
+// amax alone: the general body, not a fast path), units 4.. the rope pairs.
+ROPEKV_DEVICE void rk_write_ds_mla_entry(const rk_params& p, int64_t t, int64_t slot, const char* cos_row,
+                                         const char* sin_row) {
+  const int64_t tid = static_cast<int64_t>(threadIdx.x);
+  const int64_t nthreads = static_cast<int64_t>(blockDim.x);
+  const int k_sz = rk_size_bytes(p.k_dtype);
+  char* dst = p.cache.entry(p.cache.nope, slot);  // byte 0 of the entry (cache.dtype: 1 byte)
+  const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
+  char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
+  char* kpe_out_row = p.k_pe_out != nullptr ? p.k_pe_out + t * p.k_pe_out_s0 * k_sz : nullptr;
+  const int64_t units = rk_ds_tiles + p.dr / 2;
+  for (int64_t u = tid; u < units; u += nthreads) {
+    if (u < rk_ds_tiles) {
+      const char* src = kv_row + u * rk_ds_tile * k_sz;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < rk_ds_tile; ++i) {
+        const float a = rk_bits_f32(rk_f32_bits(rk_decode(p.k_dtype, rk_load_elem(p.k_dtype, src + i * k_sz))) & 0x7fffffffu);
+        if (a > amax) amax = a;  // fmaxf: a NaN never wins
+      }
+      float scale = ROPEKV_FDIV_RN(amax, 448.0f);
+      if (p.ds_pow2) {
+        scale = rk_pow2_at_least(scale > 1e-4f ? scale : 1e-4f);
+      } else if (!(scale > 1.17549435e-38f)) {
+        scale = 1.17549435e-38f;  // FLT_MIN
+      }
+      rk_store_elem(rk_f32, dst + rk_ds_scales_at + 4 * u, rk_f32_bits(scale));
+      for (int64_t i = 0; i < rk_ds_tile; ++i) {
+        const float x = rk_decode(p.k_dtype, rk_load_elem(p.k_dtype, src + i * k_sz));
+        rk_store_elem(rk_e4m3fn, dst + u * rk_ds_tile + i, rk_encode(rk_e4m3fn, ROPEKV_FDIV_RN(x, scale)));
+      }
+    } else {  // rope into k's own dtype, unscaled (a 16-bit output: the scale arguments are unused)
+      rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, kpe_out_row, dst + rk_ds_rope_at, false,
+                   p.k_dtype, 1.0f, 1.0f, 1, u - rk_ds_tiles, cos_row, sin_row);
     }
   }
 }
@@ -1354,7 +1407,13 @@ ROPEKV_DEVICE void rk_fused_body(const rk_params& p) {
       rk_general_q(p, t, group, cos_row, sin_row);
     }
   }
-  if (write_cache) rk_write_cache(p, t, slot, cos_row, sin_row);
+  if (write_cache) {
+    if (p.ds_mla) {
+      rk_write_ds_mla_entry(p, t, slot, cos_row, sin_row);
+    } else {
+      rk_write_cache(p, t, slot, cos_row, sin_row);
+    }
+  }
 }
 
 }  // namespace ropekv_gpu

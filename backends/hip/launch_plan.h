@@ -135,6 +135,7 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
+  if (p.ds_mla) return "layout fp8_ds_mla";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
@@ -335,6 +336,18 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0], rest, 16 * rest};
       break;
     }
+    case ropekv::cache_layout::fp8_ds_mla: {
+      // core/SPEC.md "The fp8_ds_mla layout": u8 entries, addressed as bytes (e4m3fn elements);
+      // kernel.h rk_write_ds_mla_entry places the parts inside an entry.
+      c.dtype = rk_e4m3fn;
+      char* base = static_cast<char*>(a.cache.data);
+      const int64_t bst = a.cache.strides_elems[0], est = a.cache.strides_elems[1];
+      c.nope = {base, bst, est, 16 * est};
+      c.rope = c.nope;
+      p.ds_mla = 1;
+      p.ds_pow2 = a.options.tile_scale == ropekv::ds_scale::pow2;
+      break;
+    }
     case ropekv::cache_layout::shuffled: {
       // core/SPEC.md "The shuffled layout": a block = all nope parts, then all rope parts;
       // a part's 16-entry tile = its runs of W features, entry by entry.
@@ -518,6 +531,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   }
   if (p.skip_q_nope) l.variant += "+zero_copy";
   if (rk_has_decode_outputs(p)) l.variant += "+decode";
+  if (p.ds_mla) l.variant += "+ds_mla";
   l.grid_y = static_cast<uint32_t>((s.heads + p.heads_per_block - 1) / p.heads_per_block);
   return l;
 }

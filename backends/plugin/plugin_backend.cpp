@@ -162,6 +162,10 @@ class plugin_backend final : public backend {
   std::string name() const override { return "plugin:" + path_; }
 
   std::string unsupported_reason(const op_args& args) const override {
+    if (args.options.layout == cache_layout::fp8_ds_mla) {
+      // The plugin ABI has no layout code for it (nor a field for its tile scale rule).
+      return "not supported: the fp8_ds_mla cache layout";
+    }
     if (has_decode_outputs(args)) {
       // The plugin ABI has no fields for decode_q_pe_out, k_pe_out, q_nope_zeros_out.
       return "not supported: decode outputs";

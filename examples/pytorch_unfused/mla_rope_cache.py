@@ -1,8 +1,9 @@
 """The fused MLA op written as a user would in plain PyTorch, unfused: rope on q_pe and k_pe,
 an indexed copy of [kv_c | rope(k_pe)] into the paged cache, a cat for q_out. It follows
-core/SPEC.md: both rope styles, one or two cos/sin tables, joint (either row order), split and
-shuffled caches, fp8 outputs with either scale convention and saturation, padding slots, in-place rope,
-AITER's decode outputs (decode_q_pe_out, q_nope_zeros_out, k_pe_out) when the call passes them.
+core/SPEC.md: both rope styles, one or two cos/sin tables, joint (either row order), split,
+shuffled and fp8_ds_mla caches, fp8 outputs with either scale convention and saturation, padding
+slots, in-place rope, AITER's decode outputs (decode_q_pe_out, q_nope_zeros_out, k_pe_out) when the
+call passes them.
 
     mla_rope_cache_concat(tensors, problem)       # tensors by their golden names; writes in place
 
@@ -91,9 +92,23 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
     k_rot = _rope(k_pe[ki].float(), cos[ki], sin[ki], style)
     s = slots[ki] + (1 if bug == "slot_off_by_one" else 0)
     cache_dtype = (t["cache"] if "cache" in t else t["ckv_cache"]).dtype
-    nope = _to_output(kv_c[ki].float(), cache_dtype, p.k_scale, p.scale_conv)
-    rope = _to_output(k_rot, cache_dtype, p.k_scale, p.scale_conv)
-    if p.layout == "joint":
+    if p.layout != "fp8_ds_mla":
+        nope = _to_output(kv_c[ki].float(), cache_dtype, p.k_scale, p.scale_conv)
+        rope = _to_output(k_rot, cache_dtype, p.k_scale, p.scale_conv)
+    if p.layout == "fp8_ds_mla":  # vLLM's DeepSeek V3.2 entries: e4m3fn tiles, f32 scales, rope
+        cache = t["cache"]  # [num_blocks, block_size, 656] uint8
+        block, entry = s // cache.shape[1], s % cache.shape[1]
+        x = kv_c[ki].float().reshape(-1, 4, 128)
+        scale = x.abs().amax(dim=-1) / torch.full_like(x[..., 0], 448.0)  # a true fp32 division
+        if p.ds_scale == "pow2":  # the smallest power of two >= max(scale, 1e-4)
+            mant, exp = torch.frexp(scale.clamp(min=1e-4))
+            scale = torch.where(mant == 0.5, scale.clamp(min=1e-4), torch.ldexp(torch.ones_like(scale), exp))
+        else:
+            scale = scale.clamp(min=torch.finfo(torch.float32).tiny)
+        q = (x / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        cache[block, entry] = torch.cat([q.reshape(-1, 512).view(torch.uint8), scale.contiguous().view(torch.uint8),
+                                         k_rot.to(k_pe.dtype).view(torch.uint8)], dim=-1)
+    elif p.layout == "joint":
         cache = t["cache"]
         block, entry = s // cache.shape[1], s % cache.shape[1]
         row = torch.cat([nope, rope] if p.order == "nope_first" else [rope, nope], dim=-1)

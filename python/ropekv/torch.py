@@ -144,6 +144,8 @@ def kernel(tensors: dict, problem) -> None:
     """`ropekv.fuzz`-shaped wrapper: runs the op with the problem's options (fuzz the op itself
     with ropekv.fuzz(ropekv.torch.kernel, framework="torch", device="cuda")). A case with
     scales=tensor holds the scales as tensors "k_scale" / "q_scale": the op gets those."""
+    if problem.layout == "fp8_ds_mla":  # the op takes no tile scale rule (core/SPEC.md)
+        raise Unsupported("not supported: the fp8_ds_mla cache layout (the PyTorch op has no argument for it)")
     k_scale = tensors["k_scale"] if tensors.get("k_scale") is not None else problem.k_scale
     q_scale = tensors["q_scale"] if tensors.get("q_scale") is not None else problem.q_scale
     try:

@@ -60,6 +60,13 @@ void shuffled(problem& p) {
   p.block_size = 16;
   p.num_blocks = 1;
 }
+// Layout fp8_ds_mla: its fixed sizes (Dn 512, Dr 64), u8 entries of 656 bytes: cache [4, 4, 656].
+void ds_mla(problem& p) {
+  p.opt.layout = cache_layout::fp8_ds_mla;
+  p.cache_dtype = dtype::u8;
+  p.dn = 512;
+  p.dr = 64;
+}
 void fp8_outputs(problem& p) {
   p.q_out_dtype = dtype::fp8_e4m3fn;
   p.cache_dtype = dtype::fp8_e4m3fn;
@@ -422,6 +429,32 @@ std::vector<bad_case> catalog() {
          a.ckv_cache = make_view(a.cache.type, buf(c, "cache"), {1, 16, dn}, {16 * (dn + dr), dn + dr, 1});
        },
        "ckv_cache", "expected absent (layout shuffled), got a tensor [1, 16, 32]"},
+      // --- layout fp8_ds_mla (656-byte u8 entries: core/SPEC.md)
+      {"fp8_ds_mla: cache dtype bf16", ds_mla, [](C&, A& a) { a.cache.type = dtype::bf16; },
+       "cache.dtype", "expected u8, got bf16"},
+      {"fp8_ds_mla: entries of 576 bytes", ds_mla, [](C&, A& a) { a.cache.shape[2] = 576; },
+       "cache.shape[2]", "expected [4, 4, 656], got [4, 4, 576]"},
+      {"fp8_ds_mla: f32 kv_c and k_pe", ds_mla,
+       [](C&, A& a) { a.kv_c.type = a.k_pe.type = dtype::f32; },
+       "k_pe.dtype", "expected bf16 or f16 (layout fp8_ds_mla stores the rope part in k_pe's 16-bit dtype), got f32"},
+      {"fp8_ds_mla: Dn 256", ds_mla,
+       [](C&, A& a) {
+         a.q_nope.shape[2] = a.kv_c.shape[1] = 256;
+         a.q_out.shape[2] = 256 + 64;
+       },
+       "q_nope.shape[2]", "expected Dn = 512 (layout fp8_ds_mla: 4 tiles of 128), got 256"},
+      {"fp8_ds_mla: entry stride not a multiple of 4", ds_mla,
+       [](C&, A& a) { a.cache.strides_elems = {4 * 658, 658, 1}; },
+       "cache.strides[1]", "expected a multiple of 4 bytes (layout fp8_ds_mla: f32 scales in every entry), got 658"},
+      {"fp8_ds_mla: cache pointer 2 bytes off 4-byte alignment", ds_mla,
+       [](C&, A& a) { a.cache.data = static_cast<uint8_t*>(a.cache.data) + 2; },
+       "cache.data", "expected a 4-byte aligned address (layout fp8_ds_mla: f32 scales)"},
+      {"fp8_ds_mla: order rope_first", ds_mla,
+       [](C&, A& a) { a.options.order = row_order::rope_first; },
+       "options.order", "expected nope_first (layout fp8_ds_mla: nope bytes, scales, then rope), got rope_first"},
+      {"fp8_ds_mla: split caches given instead", ds_mla,
+       [](C& c, A& a) { a.ckv_cache = make_view(dtype::u8, buf(c, "cache"), {4, 4, 512}, {4 * 656, 656, 1}); },
+       "ckv_cache", "expected absent (layout fp8_ds_mla), got a tensor [4, 4, 512]"},
   };
 }
 
@@ -525,7 +558,7 @@ class writes_first_backend final : public backend {
 
 TEST_CASE("bad-input catalog: the unbroken base cases run on every backend") {
   const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled,
-                                                                scale_tensors, decode_outputs};
+                                                                scale_tensors, decode_outputs, ds_mla};
   for (const std::string& be_name : backends_under_test()) {
     for (size_t v = 0; v < variants.size(); ++v) {
       INFO("backend " << be_name << ", base variant " << v);

@@ -378,6 +378,29 @@ TEST_CASE("bench byte count: padding, fp8 cache, distinct positions") {
   CHECK(b.written == q_rows * 2 * 576 * 2 + k_rows * 576 * 1);
 }
 
+TEST_CASE("bench --layout fp8_ds_mla: one u8-cache case per preset, 656 bytes written per entry") {
+  bench_opts o;
+  o.backend = "sim";
+  o.cases = {"deepseek-v3:2"};
+  o.caches = "bf16,fp8_e4m3fn";  // the layout fixes its cache: one case, not two
+  o.layouts = "fp8_ds_mla";
+  o.variants = "auto";
+  o.budget_s = 0.01;
+  o.copy_mb = 8;
+  std::ostringstream out, err;
+  REQUIRE(run_bench(o, out, err) == 0);
+  INFO(out.str());
+  CHECK(out.str().find("deepseek-v3:2 cache=u8 layout=fp8_ds_mla") != std::string::npos);
+  CHECK(out.str().find("cache=bf16") == std::string::npos);
+  CHECK(out.str().find("+ds_mla") != std::string::npos);
+  problem p = preset_problem("deepseek-v3", 1);
+  p.opt.layout = cache_layout::fp8_ds_mla;
+  p.cache_dtype = dtype::u8;
+  case_data c = make_case(p);
+  // q_out 128*576*2 + one 656-byte entry (512 e4m3fn, 4 f32 scales, 64 bf16 rope values)
+  CHECK(count_bytes(c.args).written == 147456 + 656);
+}
+
 TEST_CASE("ropekv bench on sim and ref: table and JSON") {
   const std::string json = (std::filesystem::temp_directory_path() / "ropekv_test_bench.json").string();
   for (const char* be : {"sim", "ref"}) {

@@ -46,7 +46,8 @@ class q_out_bit_flip : public backend {
 
 bool in_aligned16(const problem& p) {
   return (p.in_dtype == dtype::f16 || p.in_dtype == dtype::bf16) && p.q_out_dtype == p.in_dtype &&
-         (p.cache_dtype == p.in_dtype || dtype_is_fp8(p.cache_dtype)) && !p.opt.inplace_q &&
+         (p.cache_dtype == p.in_dtype || dtype_is_fp8(p.cache_dtype) || p.opt.layout == cache_layout::fp8_ds_mla) &&
+         !p.opt.inplace_q &&
          !p.opt.inplace_k && p.dn % 8 == 0 && p.dr % (p.opt.style == rope_style::neox ? 16 : 8) == 0 &&
          p.row_pad_elems % 8 == 0 && p.entry_pad_elems % 8 == 0 && p.block_pad_elems % 8 == 0 &&
          p.table_pad_elems % 8 == 0;

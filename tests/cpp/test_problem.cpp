@@ -45,7 +45,7 @@ TEST_CASE("repro: canonical key order and default values") {
   const std::string s = d.to_repro();
   CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
                 "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
-                "order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
+                "ds_scale=amax order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
                 "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major kv_layout=separate "
                 "dec_out=none dec=0 row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
                 "positions=random rope_table=random amp=4 seed=1",
@@ -195,6 +195,13 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
     see("table", std::string(to_string(p.table)));
     see("style", std::string(to_string(p.opt.style)));
     see("layout", std::string(to_string(p.opt.layout)));
+    if (p.opt.layout == cache_layout::fp8_ds_mla) {
+      see("ds_scale", std::string(to_string(p.opt.tile_scale)));
+      CHECK(p.cache_dtype == dtype::u8);
+      CHECK((p.dn == 512 && p.dr == 64));
+    } else {
+      CHECK(p.opt.tile_scale == ds_scale::amax);
+    }
     see("order", std::string(to_string(p.opt.order)));
     see("scale_conv", std::string(to_string(p.opt.scale)));
     see("pad_q", std::string(to_string(p.opt.padding)));
@@ -237,8 +244,9 @@ TEST_CASE("random_problem: deterministic, always valid, bounded cost, covers eve
   CHECK(seen["pos"].size() == 2);
   CHECK(seen["slot"].size() == 2);
   CHECK(seen["qo"].size() == 7);
-  CHECK(seen["cache"].size() == 7);
-  CHECK(seen["layout"].size() == 3);  // joint, split, shuffled
+  CHECK(seen["cache"].size() == 8);   // the 7 output dtypes, and u8 (layout fp8_ds_mla)
+  CHECK(seen["layout"].size() == 4);  // joint, split, shuffled, fp8_ds_mla
+  CHECK(seen["ds_scale"].size() == 2);  // amax and pow2, both with layout fp8_ds_mla
   for (const char* k : {"table", "style", "order", "scale_conv", "pad_q", "pos_oob",
                         "inplace_q", "inplace_k", "scales", "dec_q", "dec_zeros", "dec_k", "q_layout", "kv_layout", "row_pad", "entry_pad",
                         "block_pad", "table_pad"}) {
@@ -287,4 +295,56 @@ TEST_CASE("repro: decode outputs print and parse back; --pin keeps N <= Tq") {
     REQUIRE(k.dec_tokens == 0);
   }
   CHECK(kinds.size() == 3);
+}
+
+TEST_CASE("repro: layout fp8_ds_mla and ds_scale print and parse back; constraints name the key; --pin fits the free keys") {
+  for (const char* text : {"layout=fp8_ds_mla cache=u8", "layout=fp8_ds_mla cache=u8 ds_scale=pow2 in=f16 entry_pad=4 block_pad=12"}) {
+    INFO(text);
+    const problem p = parse_problem(text);
+    CHECK(p.opt.layout == cache_layout::fp8_ds_mla);
+    CHECK(parse_problem(p.to_repro()) == p);
+    CHECK(parse_problem(p.to_repro()).to_repro() == p.to_repro());
+  }
+  CHECK(parse_problem("layout=fp8_ds_mla cache=u8 ds_scale=pow2").to_repro().find(" layout=fp8_ds_mla ds_scale=pow2 ") !=
+        std::string::npos);
+  CHECK(parse_error_arg("layout=fp8_ds_mla") == "cache");            // bf16 cache: not the 656-byte entries
+  CHECK(parse_error_arg("ds_scale=pow2") == "ds_scale");              // read by fp8_ds_mla only
+  CHECK(parse_error_arg("cache=u8") == "cache");                      // u8 only for fp8_ds_mla
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 dn=100") == "dn");
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 dr=32") == "dr");
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 in=f32") == "in");
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 order=rope_first") == "order");
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 entry_pad=2") == "entry_pad");
+  CHECK(parse_error_arg("layout=fp8_ds_mla cache=u8 block_pad=6") == "block_pad");
+  std::set<std::string> rules;
+  int drawn = 0;
+  for (uint64_t i = 0; i < 300; ++i) {
+    const problem r = random_problem(9, i, 64);
+    const problem p = pin_problem(r, "layout=fp8_ds_mla");
+    REQUIRE(p.opt.layout == cache_layout::fp8_ds_mla);
+    REQUIRE(p.cache_dtype == dtype::u8);
+    REQUIRE((p.dn == 512 && p.dr == 64));
+    REQUIRE((p.in_dtype == dtype::bf16 || p.in_dtype == dtype::f16));
+    rules.insert(std::string(to_string(p.opt.tile_scale)));
+    const problem w = pin_problem(r, "ds_scale=pow2");  // selects the layout too
+    REQUIRE(w.opt.layout == cache_layout::fp8_ds_mla);
+    REQUIRE(w.opt.tile_scale == ds_scale::pow2);
+    // drawn fp8_ds_mla, but a pin rules it out: layout joint, the other keys as drawn
+    if (r.opt.layout == cache_layout::fp8_ds_mla) {
+      ++drawn;
+      for (const char* other : {"layout=joint", "layout=split", "layout=shuffled"}) {  // pinned away from it
+        const problem o = pin_problem(r, other);
+        REQUIRE(o.opt.layout != cache_layout::fp8_ds_mla);
+        REQUIRE(o.cache_dtype == r.in_dtype);
+        REQUIRE(o.opt.tile_scale == ds_scale::amax);
+      }
+      const problem j = pin_problem(r, "dn=100");
+      REQUIRE(j.opt.layout == cache_layout::joint);
+      REQUIRE(j.opt.tile_scale == ds_scale::amax);
+      REQUIRE(j.cache_dtype == r.in_dtype);
+    }
+  }
+  CHECK(rules.size() == 2);  // the drawn rule stays: both occur
+  CHECK(drawn > 0);
+  CHECK_THROWS_AS(pin_problem(random_problem(9, 0, 64), "layout=fp8_ds_mla dn=100"), arg_error);
 }

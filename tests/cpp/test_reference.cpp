@@ -805,3 +805,94 @@ TEST_CASE("reference: decode outputs: N = 0 writes no decode row; N = Tq all; wi
   CHECK(kout == c.k_pe);
   CHECK(none[0] == 555.0f);
 }
+
+// Layout fp8_ds_mla (core/SPEC.md "The fp8_ds_mla layout"): one token's 656-byte entry with
+// tiles whose bytes and scales are worked out here by hand, both tile scale rules; the rope part
+// equals a joint bf16 cache's rope part of the same inputs; nothing else of the cache is written.
+TEST_CASE("reference: layout fp8_ds_mla writes e4m3fn tiles, their f32 scales (amax and pow2) and the 16-bit rope part") {
+  const char* base = "tq=2 ts=3 tk=3 h=2 dn=512 dr=64 bs=4 nb=2 in=bf16 qo=bf16 pad_slots=1 pad_at=head entry_pad=8 block_pad=4 seed=21";
+  struct tile_expect {
+    float value[3];           // values 0, 1, 2 of the tile; the other 125 are 0
+    uint32_t scale_bits;      // the f32 scale
+    uint8_t code[3];          // e4m3fn of values 0, 1, 2
+  };
+  for (const char* rule : {"amax", "pow2"}) {
+    INFO("ds_scale " << rule);
+    const bool pow2 = std::string(rule) == "pow2";
+    problem joint = parse_problem(base);
+    problem ds = parse_problem(fmt::format("{} layout=fp8_ds_mla cache=u8 ds_scale={}", base, rule));
+    case_data cj = make_case(joint), cd = make_case(ds);
+    for (const char* in : {"q_nope", "kv_c", "k_pe", "positions", "slot_mapping"}) {
+      INFO("input " << in);
+      const host_buffer& a = cj.buffers.at(in);
+      const host_buffer& b = cd.buffers.at(in);
+      REQUIRE(std::vector<uint8_t>(a.data(), a.data() + a.size_bytes()) ==
+              std::vector<uint8_t>(b.data(), b.data() + b.size_bytes()));
+    }
+    // tile 0 all zero; tile 1: 336 / 448 = 0.75 exactly; tile 2: amax 3; tile 3: amax 0.5
+    const float s3 = 3.0f / 448.0f, s05 = 0.5f / 448.0f;
+    uint32_t s3_bits = 0, s05_bits = 0;
+    std::memcpy(&s3_bits, &s3, 4);
+    std::memcpy(&s05_bits, &s05, 4);
+    const tile_expect tiles[4] = {
+        // amax: FLT_MIN; pow2: max(0, 1e-4) -> 2^-13
+        {{0.0f, 0.0f, 0.0f}, pow2 ? 0x39000000u : 0x00800000u, {0x00, 0x00, 0x00}},
+        // amax: scale 0.75: 448 (0x7e), -224 (0xf6), 1.333 -> 1.375 (0x3b);
+        // pow2: scale 1: 336 -> 320 (tie, even: 0x7a), -168 -> -160 (tie, even: 0xf2), 1 (0x38)
+        {{336.0f, -168.0f, 1.0f}, pow2 ? 0x3f800000u : 0x3f400000u,
+         {static_cast<uint8_t>(pow2 ? 0x7a : 0x7e), static_cast<uint8_t>(pow2 ? 0xf2 : 0xf6),
+          static_cast<uint8_t>(pow2 ? 0x38 : 0x3b)}},
+        // amax: 3 / fp32(3 / 448) rounds to 448; pow2: 2^-7, 3 * 128 = 384 (0x7c)
+        {{3.0f, 0.0f, 0.0f}, pow2 ? 0x3c000000u : s3_bits, {static_cast<uint8_t>(pow2 ? 0x7c : 0x7e), 0x00, 0x00}},
+        // amax: 448 again; pow2: 0.5 / 448 -> 2^-9, 0.5 * 512 = 256 (0x78); -0 stays -0 (0x80)
+        {{0.5f, -0.0f, 0.0f}, pow2 ? 0x3b000000u : s05_bits, {static_cast<uint8_t>(pow2 ? 0x78 : 0x7e), 0x80, 0x00}},
+    };
+    const std::vector<int64_t> slots = read_indices(cd.args.slot_mapping, ds.ts);
+    int64_t t = 0;
+    while (slots[t] < 0) ++t;  // the first written token
+    for (case_data* c : {&cj, &cd}) {
+      auto* row = static_cast<uint16_t*>(c->args.kv_c.data) + t * c->args.kv_c.strides_elems[0];
+      for (int64_t d = 0; d < 512; ++d) {
+        const tile_expect& e = tiles[d / 128];
+        const float v = d % 128 < 3 ? e.value[d % 128] : 0.0f;
+        row[d] = static_cast<uint16_t>(encode_from_f32(dtype::bf16, v, overflow_mode::ieee));
+      }
+    }
+    reference_run(cj.args);
+    reference_run(cd.args);
+    const int64_t bs = ds.block_size;
+    const int64_t estride = cd.args.cache.strides_elems[1], bstride = cd.args.cache.strides_elems[0];
+    CHECK(estride == 656 + 8);
+    CHECK(bstride == bs * (656 + 8) + 4);
+    const auto* cache = static_cast<const uint8_t*>(cd.args.cache.data);
+    const uint8_t* entry = cache + (slots[t] / bs) * bstride + (slots[t] % bs) * estride;
+    for (int64_t k = 0; k < 4; ++k) {
+      INFO("tile " << k);
+      uint32_t scale_bits = 0;
+      std::memcpy(&scale_bits, entry + 512 + 4 * k, 4);
+      CHECK(scale_bits == tiles[k].scale_bits);
+      for (int64_t i = 0; i < 128; ++i) {
+        INFO("value " << i);
+        CHECK(entry[k * 128 + i] == (i < 3 ? tiles[k].code[i] : 0x00));
+      }
+    }
+    // every written entry's rope part: the joint bf16 cache's rope values, byte for byte
+    const int64_t jbs = cj.args.cache.strides_elems[0], jes = cj.args.cache.strides_elems[1];
+    const auto* jcache = static_cast<const uint8_t*>(cj.args.cache.data);
+    int64_t written = 0;
+    for (int64_t u = 0; u < ds.ts; ++u) {
+      if (slots[u] < 0) continue;
+      ++written;
+      const uint8_t* e = cache + (slots[u] / bs) * bstride + (slots[u] % bs) * estride;
+      const uint8_t* j = jcache + 2 * ((slots[u] / bs) * jbs + (slots[u] % bs) * jes + 512);
+      CHECK(std::memcmp(e + 528, j, 128) == 0);
+    }
+    CHECK(written == 2);
+    // nothing else written: 656 bytes per written entry left the poison, at most (a byte equal
+    // to the poison pattern stays counted as poison)
+    const host_buffer& b = cd.buffers.at("cache");
+    CHECK(count_not_poison(b.data(), b.size_bytes()) <= written * 656);
+    CHECK(count_not_poison(b.data(), b.size_bytes()) > written * 600);
+    CHECK(b.guards_intact());
+  }
+}

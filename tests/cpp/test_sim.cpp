@@ -553,3 +553,61 @@ TEST_CASE("decode outputs: the comparison catches wrong rows, a non-zero zero bu
     std::memset(static_cast<uint8_t*>(c.args.q_nope_zeros_out.data) + 2 * c.args.q_nope_zeros_out.strides_elems[0] * es + 0, 1, 2);
   }, "q_nope_zeros_out");
 }
+
+// Layout fp8_ds_mla (core/SPEC.md): the general body writes the 656-byte entries (the plan keeps
+// the case off fast_v3/v4: variant tag '+ds_mla'); nope bytes and scales equal the reference's
+// bit for bit, both tile scale rules, every option the layout allows.
+TEST_CASE("sim vs reference: layout fp8_ds_mla, both tile scale rules") {
+  const std::string base = "tq=6 ts=7 tk=8 h=4 dn=512 dr=64 p=64 layout=fp8_ds_mla cache=u8 ";
+  for (const char* rule : {"amax", "pow2"}) {
+    for (const char* extra : {"bs=16 nb=2", "bs=16 nb=2 in=f16 qo=f16 table_dtype=f32 style=neox",
+                              "bs=16 nb=2 pad_slots=3 pad_at=spread pad_q=skipped",
+                              "bs=16 nb=2 entry_pad=4 block_pad=20 inplace_k=1 inplace_q=1 kv_layout=fused",
+                              "bs=16 nb=2 amp=300 q_layout=head_major",
+                              "bs=16 nb=2 amp=0.5 dec_out=qzk dec=2 scales=tensor qo=fp8_e4m3fn q_scale=0.3",
+                              "bs=1 nb=9 pos=i32 slot=i32"}) {
+      const std::string repro = base + "ds_scale=" + rule + " " + extra;
+      INFO(repro);
+      const problem p = parse_problem(repro);
+      const sim_result r = run_and_compare(p);
+      INFO(format_case_report(r.report, true));
+      CHECK(r.report.outcome == case_outcome::passed);
+      CHECK(r.variant.find("+ds_mla") != std::string::npos);
+      CHECK(r.variant.rfind("fast_v3", 0) != 0);
+      CHECK(r.variant.rfind("fast_v4", 0) != 0);
+      bool scales = false;
+      for (const region_report& g : r.report.regions)
+        if (g.name == "cache.scales") scales = g.compared == 4 * (p.ts - p.pad_slots) && g.mismatches == 0;
+      CHECK(scales);
+    }
+  }
+}
+
+TEST_CASE("fp8_ds_mla: the comparison catches a wrong scale, a wrong nope byte, a rope byte off, a stray byte") {
+  const problem p = parse_problem("tq=3 ts=4 tk=4 h=2 dn=512 dr=64 p=50 bs=4 nb=2 seed=8 layout=fp8_ds_mla cache=u8 "
+                                  "ds_scale=pow2 entry_pad=4");
+  case_data initial = make_case(p);
+  case_data ref = initial.clone();
+  make_cpu_backend()->run_host(ref.args, ref.regions());
+  const std::vector<int64_t> slots = read_indices(ref.args.slot_mapping, p.ts);
+  auto entry_of = [&](case_data& c, int64_t slot) {
+    const tensor_view& v = c.args.cache;
+    return static_cast<uint8_t*>(v.data) + (slot / p.block_size) * v.strides_elems[0] + (slot % p.block_size) * v.strides_elems[1];
+  };
+  auto region_fails = [&](const std::function<void(case_data&)>& damage, const std::string& region) {
+    case_data bad = ref.clone();
+    damage(bad);
+    const case_report r = compare_runs(initial, ref, bad, compare_options{});
+    bool hit = false;
+    for (const region_report& g : r.regions) hit = hit || (g.name == region && g.mismatches > 0);
+    INFO(format_case_report(r, true));
+    CHECK(r.outcome == case_outcome::failed);
+    CHECK_MESSAGE(hit, region);
+  };
+  region_fails([&](case_data& c) {  // tile 2's scale doubled or halved (the exponent's low bit)
+    entry_of(c, slots[1])[512 + 4 * 2 + 2] ^= 0x80;
+  }, "cache.scales");
+  region_fails([&](case_data& c) { entry_of(c, slots[0])[300] ^= 0x01; }, "cache.nope");
+  region_fails([&](case_data& c) { entry_of(c, slots[2])[528 + 2 * 5 + 1] ^= 0x04; }, "cache.rope");
+  region_fails([&](case_data& c) { entry_of(c, slots[0])[656] = 0x5a; }, "cache.untouched");  // entry padding
+}

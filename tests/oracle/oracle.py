@@ -94,10 +94,11 @@ _ENUMS = {
     "pos": ("i32", "i64"),
     "slot": ("i32", "i64"),
     "qo": tuple(FORMATS),
-    "cache": tuple(FORMATS),
+    "cache": tuple(FORMATS) + ("u8",),  # u8: layout fp8_ds_mla's byte entries
     "table": ("one", "two"),
     "style": ("gptj", "neox"),
-    "layout": ("joint", "split", "shuffled"),
+    "layout": ("joint", "split", "shuffled", "fp8_ds_mla"),
+    "ds_scale": ("amax", "pow2"),
     "order": ("nope_first", "rope_first"),
     "scale_conv": ("divide", "reciprocal"),
     "pad_q": ("computed", "skipped"),
@@ -111,7 +112,7 @@ _ENUMS = {
 DEFAULTS = {
     "tq": 1, "ts": 1, "tk": 1, "h": 128, "dn": 512, "dr": 64, "p": 4096, "bs": 64, "nb": 1,
     "in": "bf16", "table_dtype": "bf16", "pos": "i64", "slot": "i64", "qo": "bf16",
-    "cache": "bf16", "table": "one", "style": "gptj", "layout": "joint", "order": "nope_first",
+    "cache": "bf16", "table": "one", "style": "gptj", "layout": "joint", "ds_scale": "amax", "order": "nope_first",
     "scale_conv": "divide", "pad_q": "computed", "pos_oob": "error", "inplace_q": False,
     "inplace_k": False, "k_scale": np.float32(1.0), "q_scale": np.float32(1.0),
     "scales": "host", "q_layout": "token_major", "kv_layout": "separate", "row_pad": 0, "entry_pad": 0,
@@ -518,6 +519,57 @@ def unshuffle_cache(physical: np.ndarray, dn: int, w: int) -> np.ndarray:
     return np.concatenate([part(flat[:, :bs * dn], dn), part(flat[:, bs * dn:], d - dn)], axis=2)
 
 
+DS_MLA_ENTRY_BYTES = 656  # 512 e4m3fn bytes, 4 f32 tile scales, 64 16-bit rope values
+
+
+def ds_mla_tile_scales(kv_c_rows: np.ndarray, rule: str) -> np.ndarray:
+    """Layout fp8_ds_mla (SPEC "The fp8_ds_mla layout"): [k, 512] inputs -> [k, 4] float32
+    scales. amax of each 128-value tile (NaN skipped, as fmaxf), fp32(amax / 448); rule amax:
+    at least FLT_MIN; rule pow2: the smallest power of two >= max(that, fp32(1e-4))."""
+    x32 = np.asarray(kv_c_rows).astype(np.float32).reshape(len(kv_c_rows), 4, 128)
+    amax = np.fmax.reduce(np.abs(x32), axis=-1, initial=np.float32(0.0)).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = (amax / np.float32(448.0)).astype(np.float32)  # IEEE float32 division
+    if rule == "amax":
+        return np.maximum(s, np.float32(2.0 ** -126)).astype(np.float32)
+    if rule != "pow2":
+        raise ValueError(f"ds_scale: expected amax|pow2, got {rule!r}")
+    s = np.maximum(s, np.float32(1e-4))
+    out = np.empty_like(s)
+    for i, v in np.ndenumerate(s):
+        if not np.isfinite(v):
+            out[i] = v
+            continue
+        f = Fraction(float(v))  # exact; the smallest power of two >= it, by doubling
+        p = Fraction(1)
+        while p < f:
+            p *= 2
+        while p / 2 >= f:
+            p /= 2
+        out[i] = np.float32(float(p)) if p <= Fraction(float(np.finfo(np.float32).max)) else np.float32(np.inf)
+    return out
+
+
+def ds_mla_entries(kv_c_rows, rope_rows, rule: str) -> np.ndarray:
+    """[k, 512] kv_c rows and [k, 64] rounded rope rows (their 16-bit dtype) -> [k, 656] u8
+    entries: e4m3fn of round_sat(fp32(fp32(x) / scale)), the f32 scales, the rope bytes."""
+    k = len(kv_c_rows)
+    scales = ds_mla_tile_scales(kv_c_rows, rule)  # [k, 4]
+    x32 = np.asarray(kv_c_rows).astype(np.float32).reshape(k, 4, 128)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        v = (x32 / scales[:, :, None]).astype(np.float32)
+    m = np.float32(448.0)
+    v = np.where(np.isnan(v), v, np.clip(v, -m, m))
+    nope = v.reshape(k, 512).astype(NP_DTYPES["fp8_e4m3fn"])  # one RNE rounding of a float32
+    out = np.empty((k, DS_MLA_ENTRY_BYTES), dtype=np.uint8)
+    out[:, :512] = nope.view(np.uint8)
+    out[:, 512:528] = scales.astype("<f4").view(np.uint8).reshape(k, 16)
+    rope = np.ascontiguousarray(rope_rows)
+    assert rope.dtype.itemsize == 2 and rope.shape == (k, 64), (rope.dtype, rope.shape)
+    out[:, 528:] = rope.view(np.uint8).reshape(k, 128)
+    return out
+
+
 def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> dict:
     """Computes every *.expected tensor of a golden case from its inputs and *.initial tensors,
     literally per core/SPEC.md. params is parse_repro's dict. evaluation="double" reproduces
@@ -593,13 +645,25 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
     if np.unique(s_k).size != s_k.size:
         raise ValueError("slot_mapping: duplicate slot among written tokens")
     blk, ent = s_k // bs, s_k % bs
+    ds_mla = p["layout"] == "fp8_ds_mla"
+    if ds_mla and (cache_dt != "u8" or dn != 512 or dr != 64 or in_dt not in ("bf16", "f16")
+                   or p["order"] != "nope_first"):
+        raise ValueError(f"layout fp8_ds_mla: expected cache u8, Dn 512, Dr 64, a 16-bit input, nope_first, "
+                         f"got cache={cache_dt} dn={dn} dr={dr} in={in_dt} order={p['order']}")
     if k_rows.size:
         ck = cos_tab[pos[k_rows]]
         sk = sin_tab[pos[k_rows]]
         kpe32 = k_pe[k_rows].astype(np.float32)
-        nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, k_scale)
-        rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, k_scale, evaluation)
-    if p["layout"] == "shuffled":
+        if not ds_mla:
+            nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, k_scale)
+            rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, k_scale, evaluation)
+    if ds_mla:
+        cache = _need(tensors, "cache.initial", (nb, bs, DS_MLA_ENTRY_BYTES)).copy()
+        if k_rows.size:
+            rope16 = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)  # no scale
+            cache[blk, ent] = ds_mla_entries(kv_c[k_rows], rope16, p["ds_scale"])
+        out["cache.expected"] = cache
+    elif p["layout"] == "shuffled":
         w = shuffled_run(cache_dt)
         if bs % 16 or dn % w or dr % w or p["order"] != "nope_first":
             raise ValueError(f"layout shuffled: expected bs % 16 == 0, Dn and Dr multiples of {w}, "

@@ -23,6 +23,7 @@ MAX_TOKENS = int(os.environ.get("ROPEKV_ORACLE_MAX_TOKENS", "32"))
 SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
 SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
 DECODE_CASES = int(os.environ.get("ROPEKV_ORACLE_DECODE_CASES", "100"))
+DSMLA_CASES = int(os.environ.get("ROPEKV_ORACLE_DSMLA_CASES", "100"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -144,13 +145,51 @@ def test_cross_check_catches_an_fp32_evaluation(golden_dir, monkeypatch):
     assert bad > 0, "an fp32-evaluating oracle matched every byte: the cross-check is blind"
 
 
+def test_reference_matches_oracle_on_the_fp8_ds_mla_layout(ropekv_bin, tmp_path_factory):
+    """Layout fp8_ds_mla pinned (the tile scale rule from each case's seed: amax and pow2): the
+    oracle computes each 656-byte entry (tile amax, fp32 scale, e4m3fn values, f32 scales, 16-bit
+    rope) from SPEC "The fp8_ds_mla layout", byte for byte; the campaign holds both rules."""
+    rules = Counter()
+
+    def check_file(meta, tensors):
+        p = o.parse_repro(meta["repro"])
+        assert p["layout"] == "fp8_ds_mla" and p["cache"] == "u8", meta["repro"]
+        assert tensors["cache.expected"].shape == (p["nb"], p["bs"], 656)
+        rules[p["ds_scale"]] += 1
+
+    _check_pinned(ropekv_bin, tmp_path_factory, DSMLA_CASES, SEED + 4, "layout=fp8_ds_mla", "fp8_ds_mla",
+                  check_file)
+    if DSMLA_CASES >= 50:
+        assert rules["amax"] > 0 and rules["pow2"] > 0, rules
+
+
+def test_oracle_ds_mla_scales_by_hand():
+    """The oracle's tile scales on values worked out by hand: a zero tile (FLT_MIN, or 2^-13 for
+    pow2), 336 / 448 = 0.75 (pow2: 1.0), and e4m3fn codes of the quantised values."""
+    rows = np.zeros((1, 512), dtype=np.float32)
+    rows[0, 128:131] = [336.0, -168.0, 1.0]
+    rows[0, 256] = 3.0
+    amax = o.ds_mla_tile_scales(rows, "amax")
+    pow2 = o.ds_mla_tile_scales(rows, "pow2")
+    assert amax[0].tolist() == [2.0 ** -126, 0.75, float(np.float32(3.0) / np.float32(448.0)), 2.0 ** -126]
+    assert pow2[0].tolist() == [2.0 ** -13, 1.0, 2.0 ** -7, 2.0 ** -13]
+    rope = np.zeros((1, 64), dtype=o.NP_DTYPES["bf16"])
+    e_amax = o.ds_mla_entries(rows, rope, "amax")[0]
+    e_pow2 = o.ds_mla_entries(rows, rope, "pow2")[0]
+    assert e_amax[128:131].tolist() == [0x7e, 0xf6, 0x3b]  # 448, -224, 1.375
+    assert e_pow2[128:131].tolist() == [0x7a, 0xf2, 0x38]  # 320, -160, 1 (ties to even)
+    assert e_pow2[256] == 0x7c  # 3 / 2^-7 = 384
+    assert e_pow2[512 + 4:512 + 8].tolist() == [0, 0, 0x80, 0x3f]  # 1.0f little-endian
+    assert e_amax.shape == (656,)
+
+
 def test_random_cases_cover_every_option(golden_dir):
     seen = Counter()
     for path in golden_dir:
         meta, _ = o.load_golden(path)
         p = o.parse_repro(meta["repro"])
         for key in ("in", "table_dtype", "pos", "slot", "qo", "cache", "table", "style", "layout",
-                    "order", "scale_conv", "pad_q", "pos_oob", "inplace_q", "inplace_k",
+                    "ds_scale", "order", "scale_conv", "pad_q", "pos_oob", "inplace_q", "inplace_k",
                     "scales", "q_layout", "kv_layout", "pad_at", "positions"):
             seen[(key, p[key])] += 1
         seen[("pad_slots>0", p["pad_slots"] > 0)] += 1
