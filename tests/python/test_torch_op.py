@@ -142,4 +142,7 @@ def test_op_under_torch_compile_uses_the_fake_implementation():
 def test_fuzz_the_cpu_op():
     s = ropekv.fuzz(rkt.kernel, cases=300, seed=3, framework="torch", max_tokens=16)
     s.assert_ok()
-    assert s.passed_cases == 300
+    # the op takes no fp8_ds_mla cache: those cases (5% of the draws) are skipped, nothing else
+    skipped = [c for c in s.cases if c["outcome"] == "SKIPPED"]
+    assert s.passed_cases + s.skipped == 300 and s.passed_cases >= 270
+    assert all("layout=fp8_ds_mla" in c["repro"] for c in skipped), skipped
