@@ -746,7 +746,11 @@ problem coerce_aligned16(problem p) {
   if (p.in_dtype != dtype::f16 && p.in_dtype != dtype::bf16)
     p.in_dtype = (p.seed & 1) ? dtype::bf16 : dtype::f16;
   p.q_out_dtype = p.in_dtype;
-  if (!dtype_is_fp8(p.cache_dtype) && p.opt.layout != cache_layout::fp8_ds_mla) p.cache_dtype = p.in_dtype;
+  if (p.opt.layout == cache_layout::fp8_ds_mla) {  // no fast path takes it: the joint layout instead
+    p.opt.layout = cache_layout::joint;
+    p.opt.tile_scale = ds_scale::amax;
+  }
+  if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
   p.opt.inplace_q = false;
   p.opt.inplace_k = false;
   p.dn = round_up(p.dn, 8);

@@ -92,7 +92,10 @@ def test_op_scale_tensor_errors_name_the_argument_and_write_nothing():
 def test_fuzz_the_cpu_op_with_scale_tensors():
     s = ropekv.fuzz(rkt.kernel, cases=60, seed=5, framework="torch", max_tokens=8, pin={"scales": "tensor"})
     s.assert_ok()
-    assert s.passed_cases == 60
+    # the op takes no fp8_ds_mla cache: those cases (5% of the draws) are skipped, nothing else
+    skipped = [c for c in s.cases if c["outcome"] == "SKIPPED"]
+    assert s.passed_cases + s.skipped == 60 and s.passed_cases >= 50
+    assert all("layout=fp8_ds_mla" in c["repro"] for c in skipped), skipped
 
 
 def untouched(case, t):
@@ -139,4 +142,7 @@ def test_op_under_torch_compile_uses_the_fake_implementation():
 def test_fuzz_the_cpu_op():
     s = ropekv.fuzz(rkt.kernel, cases=300, seed=3, framework="torch", max_tokens=16)
     s.assert_ok()
-    assert s.passed_cases == 300
+    # the op takes no fp8_ds_mla cache: those cases (5% of the draws) are skipped, nothing else
+    skipped = [c for c in s.cases if c["outcome"] == "SKIPPED"]
+    assert s.passed_cases + s.skipped == 300 and s.passed_cases >= 270
+    assert all("layout=fp8_ds_mla" in c["repro"] for c in skipped), skipped
