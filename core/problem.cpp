@@ -746,18 +746,16 @@ problem coerce_aligned16(problem p) {
   if (p.in_dtype != dtype::f16 && p.in_dtype != dtype::bf16)
     p.in_dtype = (p.seed & 1) ? dtype::bf16 : dtype::f16;
   p.q_out_dtype = p.in_dtype;
-  if (p.opt.layout == cache_layout::fp8_ds_mla) {  // no fast path takes it: the joint layout instead
-    p.opt.layout = cache_layout::joint;
-    p.opt.tile_scale = ds_scale::amax;
-  }
-  if (!dtype_is_fp8(p.cache_dtype)) p.cache_dtype = p.in_dtype;
+  if (!dtype_is_fp8(p.cache_dtype) && p.opt.layout != cache_layout::fp8_ds_mla) p.cache_dtype = p.in_dtype;
   p.opt.inplace_q = false;
   p.opt.inplace_k = false;
   p.dn = round_up(p.dn, 8);
   p.dr = round_up(p.dr, p.opt.style == rope_style::neox ? 16 : 8);
   p.row_pad_elems = round_down(p.row_pad_elems, 8);
-  p.entry_pad_elems = round_down(p.entry_pad_elems, 8);
-  p.block_pad_elems = round_down(p.block_pad_elems, 8);
+  // (fp8_ds_mla: u8 elements, so 16 of them for 16-byte entries)
+  const int64_t cache_align = p.opt.layout == cache_layout::fp8_ds_mla ? 16 : 8;
+  p.entry_pad_elems = round_down(p.entry_pad_elems, cache_align);
+  p.block_pad_elems = round_down(p.block_pad_elems, cache_align);
   p.table_pad_elems = round_down(p.table_pad_elems, 8);
   return parse_problem(p.to_repro());  // canonical and validated (throws arg_error naming the key)
 }

@@ -88,10 +88,10 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens = 
 // The "aligned16" fuzz profile (`ropekv fuzz --profile aligned16`): `p` moved into the domain that
 // vectorised GPU kernels commonly require, with everything else kept: 16-bit q/kv (f32 inputs
 // become bf16 or f16, by the low bit of p.seed), q_out of q's dtype, the cache of kv's dtype
-// unless it is fp8 (layout fp8_ds_mla, which no fast path takes, becomes joint), Dn rounded up to
-// a multiple of 8, Dr up to a multiple of 8 (gptj) or 16 (neox), every padding (row, entry, block,
-// table) rounded down to a multiple of 8 elements (so all rows and cache entries start 16-byte
-// aligned), no in-place rope. Returns the canonical form (parse_problem(to_repro())), so its
+// unless it is fp8 (layout fp8_ds_mla keeps its u8 records), Dn rounded up to a multiple of 8, Dr
+// up to a multiple of 8 (gptj) or 16 (neox), every padding (row, entry, block, table) rounded down
+// to a multiple of 8 elements (16 for the u8 records of fp8_ds_mla: so all rows and cache entries
+// start 16-byte aligned), no in-place rope. Returns the canonical form (parse_problem(to_repro())), so its
 // printed repro replays it; throws arg_error naming the field when the coerced problem breaks a
 // constraint. Idempotent: coerce(coerce(p)) == coerce(p).
 problem coerce_aligned16(problem p);

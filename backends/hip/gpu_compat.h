@@ -42,6 +42,8 @@ inline thread_local rk_dim3 gridDim;
 #define ROPEKV_FMUL_RN(a, b) ((float)(a) * (float)(b))
 #define ROPEKV_FDIV_RN(a, b) ((float)(a) / (float)(b))
 #define ROPEKV_FMAF(a, b, c) std::fmaf((a), (b), (c))
+#define ROPEKV_DMUL_RN(a, b) ((double)(a) * (double)(b))
+#define ROPEKV_DDIV_RN(a, b) ((double)(a) / (double)(b))
 
 // Vector accesses of 4, 8 or 16 bytes. A GPU faults (or silently misbehaves) on a misaligned
 // vector access; the sim aborts loudly instead, so alignment logic is tested on the CPU.
@@ -129,6 +131,8 @@ inline void rk_pdl_trigger() {}
 #define ROPEKV_FMUL_RN(a, b) __fmul_rn((a), (b))
 #define ROPEKV_FDIV_RN(a, b) __fdiv_rn((a), (b))
 #define ROPEKV_FMAF(a, b, c) __fmaf_rn((a), (b), (c))
+#define ROPEKV_DMUL_RN(a, b) __dmul_rn((a), (b))
+#define ROPEKV_DDIV_RN(a, b) __ddiv_rn((a), (b))
 
 __device__ __forceinline__ void rk_load_words(const void* p, int bytes, uint32_t* w) {
   if (bytes == 16) {

@@ -36,17 +36,40 @@ __global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<
 // need by themselves (45): their natural 54 would cost every q row of the grid a tenth of its
 // occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md). At 48,
 // bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
-template <class S, int R>
-inline constexpr int rk_fast4_min_blocks_for = (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
-// R: q rows per copy-mode group (rk_params::v4_q_pairs); D: 1 with decode outputs
-// (rk_params::v4_decode; the D = 0 kernels are the code without them, register for register).
+// fp8_ds_mla instantiations (D & 2): at most 64 registers (4 blocks of 256) for the tile amax.
+template <class S, int R, int D>
+inline constexpr int rk_fast4_min_blocks_for =
+    (D & 2) ? 4 : (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
+// R: q rows per copy-mode group (rk_params::v4_q_pairs); D: bit 0 with decode outputs
+// (rk_params::v4_decode; the D = 0 kernels are the code without them, register for register),
+// bit 1 for fp8_ds_mla entries (rk_params::ds_mla).
 // The template-id is parenthesised: hipcc's __launch_bounds__ is a two-parameter macro, and its
 // comma would split it.
 template <class S, int R, int D>
-__global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for<S, R>)) rk_fast4_kernel(rk_params p) {
+__global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for<S, R, D>)) rk_fast4_kernel(rk_params p) {
   rk_pdl_trigger();
   rk_pdl_wait();
   rk_fast4_body<S, R, D>(p);
+}
+
+// The fast_v4 kernel of instantiation S for p: R by v4_q_pairs, D by v4_decode and ds_mla.
+// fp8_ds_mla kernels exist for the instantiations launch_plan.h picks for that layout only
+// (cache e4m3fn, or generic: rk_v3_specialised).
+template <class S>
+void (*rk_fast4_pick(const rk_params& p))(rk_params) {
+  const bool pairs = p.v4_q_pairs != 0, dec = p.v4_decode != 0;
+  if constexpr (S::cache == rk_e4m3fn || S::cache < 0) {
+    if (p.ds_mla) {
+      if constexpr (S::cache < 0) {
+        if (dec) return pairs ? rk_fast4_kernel<S, 2, 3> : rk_fast4_kernel<S, 1, 3>;
+      }
+      if (!dec) return pairs ? rk_fast4_kernel<S, 2, 2> : rk_fast4_kernel<S, 1, 2>;
+    }
+  }
+  if (p.ds_mla)
+    throw ropekv::error("rk_fast4_pick: no fp8_ds_mla kernel for instantiation " + rk_v3_spec_name(p));
+  if (pairs) return dec ? rk_fast4_kernel<S, 2, 1> : rk_fast4_kernel<S, 2, 0>;
+  return dec ? rk_fast4_kernel<S, 1, 1> : rk_fast4_kernel<S, 1, 0>;
 }
 
 }  // namespace ropekv_gpu
@@ -202,10 +225,7 @@ void hip_launch(const op_args& device_args, void* stream) {
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
     ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
       using S = decltype(spec);
-      void (*const kernels[2][2])(ropekv_gpu::rk_params) = {
-          {ropekv_gpu::rk_fast4_kernel<S, 1, 0>, ropekv_gpu::rk_fast4_kernel<S, 1, 1>},
-          {ropekv_gpu::rk_fast4_kernel<S, 2, 0>, ropekv_gpu::rk_fast4_kernel<S, 2, 1>}};
-      void (*const kernel)(ropekv_gpu::rk_params) = kernels[l.params.v4_q_pairs ? 1 : 0][l.params.v4_decode ? 1 : 0];
+      void (*const kernel)(ropekv_gpu::rk_params) = ropekv_gpu::rk_fast4_pick<S>(l.params);
       check(rk_launch_kernel(kernel, grid, block, s, l.pdl, l.params), "kernel launch");
     });
   } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {

@@ -337,9 +337,10 @@ struct rk_params {
   int64_t k_pe_out_s0;
   int64_t num_decode;       // N (0 when neither [N, H, ..] output is given)
   // Layout fp8_ds_mla (core/SPEC.md): cache entries of 656 bytes written by the general body
-  // (rk_write_ds_mla_entry; launch_plan.h keeps such cases off fast_v3/v4). The cache's parts
+  // (rk_write_ds_mla_entry) or fast_v4 (rk_v4_ds_mla_row; never fast_v3). The cache's parts
   // then address bytes (cache.dtype e4m3fn). ds_pow2: tile scales rounded up to a power of two.
   int32_t ds_mla, ds_pow2;
+  int32_t v4_ds_align;  // fast_v4: bytes (16, 8, 4) every entry address is a multiple of
   // launch shape
   int64_t heads_per_block;
   // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
@@ -578,6 +579,28 @@ ROPEKV_HOST_DEVICE float rk_pow2_at_least(float s) {
   return rk_bits_f32(((bits >> 23) + 1u) << 23);                    // exponent + 1, mantissa 0
 }
 
+// A tile's scale from its amax (core/SPEC.md "The fp8_ds_mla layout"): fp32(amax / 448), then
+// pow2: the smallest power of two >= max(s, fp32(1e-4)); else max(s, FLT_MIN).
+ROPEKV_DEVICE float rk_ds_tile_scale(float amax, int32_t pow2) {
+  const float s = ROPEKV_FDIV_RN(amax, 448.0f);
+  if (pow2) return rk_pow2_at_least(s > 1e-4f ? s : 1e-4f);
+  return s > 1.17549435e-38f ? s : 1.17549435e-38f;  // FLT_MIN
+}
+
+// fp32(x / scale) for x a 16-bit value (bf16 / f16) and scale a tile scale (a finite fp32 >= 2^-126,
+// or inf), without an fp32 division per value: fp32(double(x) * inv_d), inv_d = the double
+// 1 / scale rounded once. Exact: the double product is within 2^-52 (relative) of x / scale,
+// while an x / scale that is not an fp32 rounding midpoint is at least 2^-49 (relative) away
+// from every midpoint (x, scale: 24-bit significands, a midpoint: 25 bits), and it is never a
+// midpoint in the normal range (the odd 25-bit significand times scale's would need more than
+// 24 bits); below 2^-126 (fp32 subnormals) the quotient's e4m3fn code is a zero of x's sign
+// either way. scale = inf: inv_d = 0, so finite x gives +-0 as x / inf does. A NaN x stays
+// itself (its sign is kept, as the reference's division keeps it).
+ROPEKV_DEVICE float rk_div_by_tile_scale(float x, double inv_d) {
+  const float q = static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d));
+  return x != x ? x : q;
+}
+
 // Token t's fp8_ds_mla entry: units 0..3 are the nope tiles (each thread reduces its tile's
 // amax alone: the general body, not a fast path), units 4.. the rope pairs.
 ROPEKV_DEVICE void rk_write_ds_mla_entry(const rk_params& p, int64_t t, int64_t slot, const char* cos_row,
@@ -598,16 +621,12 @@ ROPEKV_DEVICE void rk_write_ds_mla_entry(const rk_params& p, int64_t t, int64_t 
         const float a = rk_bits_f32(rk_f32_bits(rk_decode(p.k_dtype, rk_load_elem(p.k_dtype, src + i * k_sz))) & 0x7fffffffu);
         if (a > amax) amax = a;  // fmaxf: a NaN never wins
       }
-      float scale = ROPEKV_FDIV_RN(amax, 448.0f);
-      if (p.ds_pow2) {
-        scale = rk_pow2_at_least(scale > 1e-4f ? scale : 1e-4f);
-      } else if (!(scale > 1.17549435e-38f)) {
-        scale = 1.17549435e-38f;  // FLT_MIN
-      }
+      const float scale = rk_ds_tile_scale(amax, p.ds_pow2);
       rk_store_elem(rk_f32, dst + rk_ds_scales_at + 4 * u, rk_f32_bits(scale));
       for (int64_t i = 0; i < rk_ds_tile; ++i) {
         const float x = rk_decode(p.k_dtype, rk_load_elem(p.k_dtype, src + i * k_sz));
-        rk_store_elem(rk_e4m3fn, dst + u * rk_ds_tile + i, rk_encode(rk_e4m3fn, ROPEKV_FDIV_RN(x, scale)));
+        const float q = x != x ? x : ROPEKV_FDIV_RN(x, scale);  // a NaN keeps its sign (GPU divisions canonicalise)
+        rk_store_elem(rk_e4m3fn, dst + u * rk_ds_tile + i, rk_encode(rk_e4m3fn, q));
       }
     } else {  // rope into k's own dtype, unscaled (a 16-bit output: the scale arguments are unused)
       rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, kpe_out_row, dst + rk_ds_rope_at, false,
@@ -1182,11 +1201,11 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     }
   }
   // decode zero buffer: every nope chunk, zero-copy included (the group's lanes of this row)
-  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
+  if ((D & 1) && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
+  if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
 }
@@ -1263,13 +1282,13 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
       }
     }
   }
-  if (D && t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
+  if ((D & 1) && t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer of both rows
     for (int r = 0; r < rows; ++r) rk_v4_zero_row(p, t, h0 + r, lane, 32);
   }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-  if (D && t < p.num_decode && p.decode_q_pe_out != nullptr)
+  if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h0 + second), p.dr, unit, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
 }
@@ -1335,8 +1354,114 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   // decode output k_pe_out [Tk, Dr] (kv's 16-bit dtype, unscaled): with the cache entry's rope
-  if (D && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
+  if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
   rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
+}
+
+// Layout fp8_ds_mla on fast_v4 (core/SPEC.md "The fp8_ds_mla layout"; the D & 2
+// instantiations, rk_params::ds_mla). A token's 656-byte entry takes two groups: part 0 the 512
+// nope values (lane l: values [16 l, 16 l + 16), tile l / 8) and the tile scales, part 1 the rope
+// units (lanes < v4_units). Without cooperation between threads (kernel.h's rule, which the sim
+// relies on), each lane takes its tile's amax itself from the tile's 16 chunks: 8 lanes read
+// the same 256 bytes, of which L1 serves 7 (global traffic unchanged). Entry stores in pieces
+// of v4_ds_align bytes (16, 8 or 4: the entry addresses' alignment, set by the host).
+ROPEKV_DEVICE void rk_ds_store16(char* dst, const uint32_t* w, int32_t align) {
+  if (align >= 16) {
+    rk_store_words(dst, 16, w);
+  } else if (align == 8) {
+    rk_store_words(dst, 8, w);
+    rk_store_words(dst + 8, 8, w + 2);
+  } else {
+    ROPEKV_UNROLL
+    for (int i = 0; i < 4; ++i) rk_store_words(dst + 4 * i, 4, w + i);
+  }
+}
+// Largest magnitude (bits, NaN lanes skipped) of the 16-bit values of w[0..4), kt's `inf`
+// magnitude bits given: for non-NaN values of one format the order of the magnitude bits is
+// the order of |x|.
+ROPEKV_DEVICE uint32_t rk_amax_bits16x8(const uint32_t* w, uint32_t inf, uint32_t m) {
+  ROPEKV_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = w[i] & 0x7fffu, hi = (w[i] >> 16) & 0x7fffu;
+    m = (lo <= inf && lo > m) ? lo : m;
+    m = (hi <= inf && hi > m) ? hi : m;
+  }
+  return m;
+}
+template <class S, int D>
+ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
+  const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  const int32_t align = p.v4_ds_align;
+  if (part == 1) {  // rope: 64 values in kt at byte rk_ds_rope_at, unscaled
+    if (lane >= p.v4_units) return;
+    const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr] 16-bit
+    const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+    int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
+    uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
+    rk_load_words(kpe_row + lane * 16, 16, wa);
+    if (neox) rk_load_words(kpe_row + p.dr + lane * 16, 16, wb);
+    if (slot < 0 || slot >= p.cache.num_slots || !rk_position_ok(p, &pos)) return;
+    float cs[8], sn[8];
+    rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
+    float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+    if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
+    char* rope = p.cache.entry(p.cache.nope, slot) + rk_ds_rope_at;
+    uint32_t o[4] = {0u, 0u, 0u, 0u};
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, ra[m]) & 0xffffu) << (16 * (m & 1));
+    rk_ds_store16(rope + lane * 16, o, align);
+    if (neox) {
+      ROPEKV_UNROLL
+      for (int m = 0; m < 4; ++m) o[m] = 0u;
+      ROPEKV_UNROLL
+      for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, rb[m]) & 0xffffu) << (16 * (m & 1));
+      rk_ds_store16(rope + p.dr + lane * 16, o, align);
+    }
+    return;
+  }
+  const char* kv_row = p.kv_c + t * p.kv_c_s0 * 2;  // [Dn = 512] 16-bit
+  const char* tile = kv_row + (lane >> 3) * (rk_ds_tile * 2);
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  uint32_t own[2][4];
+  rk_load_words(kv_row + lane * 32, 16, own[0]);
+  rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
+  const uint32_t inf = kt == rk_bf16 ? 0x7f80u : 0x7c00u;
+  // all 16 chunk loads in flight at once (one round trip, not four)
+  uint32_t m = 0u;
+  uint32_t w[16][4];
+  ROPEKV_UNROLL
+  for (int c = 0; c < 16; ++c) rk_load_words(tile + c * 16, 16, w[c]);
+  ROPEKV_UNROLL
+  for (int c = 0; c < 16; ++c) m = rk_amax_bits16x8(w[c], inf, m);
+  if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
+  const float scale = rk_ds_tile_scale(rk_decode(kt, m), p.ds_pow2);
+  float v[16];
+  ROPEKV_UNROLL
+  for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
+  if (p.ds_pow2) {
+    // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact)
+    const float inv = ROPEKV_FDIV_RN(1.0f, scale);
+    ROPEKV_UNROLL
+    for (int i = 0; i < 16; ++i) v[i] = ROPEKV_FMUL_RN(v[i], inv);
+  } else {
+    const double inv_d = ROPEKV_DDIV_RN(1.0, static_cast<double>(scale));
+    ROPEKV_UNROLL
+    for (int i = 0; i < 16; ++i) v[i] = rk_div_by_tile_scale(v[i], inv_d);
+  }
+  char* entry = p.cache.entry(p.cache.nope, slot);
+  uint32_t o[4];
+  ROPEKV_UNROLL
+  for (int i = 0; i < 4; ++i)
+    o[i] = rk_encode_fp8x2_sat<rk_e4m3fn>(v[4 * i], v[4 * i + 1]) |
+           (rk_encode_fp8x2_sat<rk_e4m3fn>(v[4 * i + 2], v[4 * i + 3]) << 16);
+  rk_ds_store16(entry + lane * 16, o, align);
+  if ((lane & 7) == 0) {  // the tile's first lane: its scale (f32, 4-byte aligned by the layout)
+    const uint32_t bits = rk_f32_bits(scale);
+    rk_store_words(entry + rk_ds_scales_at + (lane >> 3) * 4, 4, &bits);
+  }
 }
 
 // The fast_v4 kernel body: a 1-D grid of 32-thread groups, token-major: token t < Tq has its
@@ -1345,7 +1470,8 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
 // So the arithmetic of the cache entries (fp8 conversions) is spread over the whole grid,
 // interleaved with the memory-bound q rows, instead of forming one compute-bound phase, and a
 // token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
-// with q rows, not with a conversion chain. D = 1 (rk_params::v4_decode): also the decode outputs.
+// with q rows, not with a conversion chain. D bit 0 (rk_params::v4_decode): also the decode
+// outputs; bit 1 (rk_params::ds_mla): the cache entries are fp8_ds_mla records (rk_v4_ds_mla_row).
 template <class S, int R = 1, int D = 0>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1365,7 +1491,11 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     if (t >= p.ts) return;
   }
   if (r < kv_groups) {
-    rk_v4_kv_row<S, D>(p, t, static_cast<int32_t>(r), l32);
+    if (D & 2) {
+      rk_v4_ds_mla_row<S, D>(p, t, static_cast<int32_t>(r), l32);
+    } else {
+      rk_v4_kv_row<S, D>(p, t, static_cast<int32_t>(r), l32);
+    }
     return;
   }
   if (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next

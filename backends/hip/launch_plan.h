@@ -135,7 +135,6 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
-  if (p.ds_mla) return "layout fp8_ds_mla";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
@@ -148,14 +147,21 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
   if (!rk_aligned(p.kv_c, 16) || p.kv_c_s0 % 8 != 0) return "kv_c rows not 16-byte aligned";
   if (!rk_aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
   // cache entries: 8 elements = 16 bytes (16-bit) or 8 bytes (fp8), base and both strides
-  const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
-  // (and the addresses the kernel's own rk_paged_cache::entry forms: under ROPEKV_MUTATION 1
-  // they are misaligned, so v3 is refused and the general path carries the planted bug)
-  for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
-    if (!rk_aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
-        part->tile_stride_elems % 8 != 0 ||
-        (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(*part, 0), c8)))
-      return "cache entries not aligned to 8 elements";
+  if (p.ds_mla) {
+    // fp8_ds_mla: 656-byte records, stored in pieces of their alignment (rk_v4_ds_mla_row)
+    if (p.dn != 512 || p.dr != 64) return "fp8_ds_mla entry not 512 + 64";
+    if (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(p.cache.nope, 0), 4))
+      return "fp8_ds_mla entries not 4-byte aligned";
+  } else {
+    const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
+    // (and the addresses the kernel's own rk_paged_cache::entry forms: under ROPEKV_MUTATION 1
+    // they are misaligned, so v3 is refused and the general path carries the planted bug)
+    for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
+      if (!rk_aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
+          part->tile_stride_elems % 8 != 0 ||
+          (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(*part, 0), c8)))
+        return "cache entries not aligned to 8 elements";
+  }
   why = rk_cos_sin_refusal(p);
   if (!why.empty()) return why;
   const int64_t units = p.dr / (p.neox ? 16 : 8);
@@ -167,6 +173,7 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
 // "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
 inline std::string rk_v3_refusal(const rk_params& p) {
   if (rk_has_decode_outputs(p)) return "decode outputs";
+  if (p.ds_mla) return "layout fp8_ds_mla";
   return rk_v3_v4_refusal(p);
 }
 
@@ -208,8 +215,10 @@ inline std::string rk_unsupported_reason(const ropekv::op_args& a) {
 // Everything else fast_v3 accepts (kv dtype != q dtype, an f16 table with bf16 q, ...) runs the
 // generic instantiation rk_v3_generic (dtypes read at run time), as does
 // rk_variant_overrides().v3_generic.
+// Layout fp8_ds_mla (the cache "dtype" e4m3fn: its nope codes) with decode outputs runs the
+// generic one too (fewer instantiations: kernel.h rk_v4_ds_mla_row, D = 3).
 inline bool rk_v3_specialised(const rk_params& p) {
-  return !rk_variant_overrides().v3_generic && p.k_dtype == p.q_dtype &&
+  return !rk_variant_overrides().v3_generic && p.k_dtype == p.q_dtype && !(p.ds_mla && rk_has_decode_outputs(p)) &&
          (p.q_dtype == rk_bf16 || p.q_dtype == rk_f16) &&
          (p.cache.dtype == p.q_dtype || rk_is_fp8(p.cache.dtype)) &&
          (p.table_dtype == p.q_dtype || p.table_dtype == rk_f32);
@@ -425,10 +434,21 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     if (ov.v4_kv_split > 0) {
       while ((int64_t{1} << (kvs + 1)) <= std::min<int64_t>(ov.v4_kv_split, 4)) ++kvs;
     }
-    p.v4_kv_split_log2 = kvs;
     // fp8 entry: its rope units in a group of their own (their chain of rotation and 8 fp8
     // conversions per lane does not wait behind a nope chunk's conversions)
     p.v4_kv_rope_group = ov.v4_kv_rope_group >= 0 ? (ov.v4_kv_rope_group != 0) : rk_is_fp8(p.cache.dtype);
+    if (p.ds_mla) {
+      // fp8_ds_mla (kernel.h rk_v4_ds_mla_row): one group for the nope tiles, one for the rope;
+      // entry stores as wide as every entry address allows
+      kvs = 0;
+      p.v4_kv_rope_group = 1;
+      const int64_t bst = p.cache.nope.block_stride_elems, est = p.cache.nope.entry_stride_elems;
+      p.v4_ds_align = 16;
+      while (p.v4_ds_align > 4 && (!rk_aligned(p.cache.nope.base, p.v4_ds_align) || bst % p.v4_ds_align != 0 ||
+                                   est % p.v4_ds_align != 0))
+        p.v4_ds_align /= 2;
+    }
+    p.v4_kv_split_log2 = kvs;
     int32_t ql = 5;  // lanes per q row: 32, or with zero-copy the smallest power of two >= units
     if (p.skip_q_nope) {
       ql = 0;
@@ -471,6 +491,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
                 (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v3_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy";
     if (rk_has_decode_outputs(p)) l.variant += "+decode";
+    if (p.ds_mla) l.variant += "+ds_mla(st" + std::to_string(p.v4_ds_align) + ")";
     return l;
   }
   if (rk_v3_refusal(p).empty()) {

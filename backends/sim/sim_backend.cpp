@@ -174,6 +174,27 @@ template <class S>
 void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
   switch (l.kernel) {
     case ropekv_gpu::rk_kernel::fast4:
+      if (l.params.ds_mla) {  // fp8_ds_mla entries: the instantiations the GPU has (hip_backend rk_fast4_pick)
+        if constexpr (S::cache == ropekv_gpu::rk_e4m3fn || S::cache < 0) {
+          if (l.params.v4_decode && S::cache < 0) {
+            if (l.params.v4_q_pairs) {
+              sim_launch_fast4<S, 2, 3>(l, fma, pin);
+            } else {
+              sim_launch_fast4<S, 1, 3>(l, fma, pin);
+            }
+            break;
+          }
+          if (!l.params.v4_decode) {
+            if (l.params.v4_q_pairs) {
+              sim_launch_fast4<S, 2, 2>(l, fma, pin);
+            } else {
+              sim_launch_fast4<S, 1, 2>(l, fma, pin);
+            }
+            break;
+          }
+        }
+        throw error("sim_launch_fast: no fp8_ds_mla instantiation " + ropekv_gpu::rk_v3_spec_name(l.params));
+      }
       if (l.params.v4_decode) {
         if (l.params.v4_q_pairs) {
           sim_launch_fast4<S, 2, 1>(l, fma, pin);

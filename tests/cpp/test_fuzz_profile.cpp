@@ -45,12 +45,12 @@ class q_out_bit_flip : public backend {
 };
 
 bool in_aligned16(const problem& p) {
+  const int64_t cache_align = p.opt.layout == cache_layout::fp8_ds_mla ? 16 : 8;  // u8 records: 16 bytes
   return (p.in_dtype == dtype::f16 || p.in_dtype == dtype::bf16) && p.q_out_dtype == p.in_dtype &&
-         (p.cache_dtype == p.in_dtype || dtype_is_fp8(p.cache_dtype)) && p.opt.layout != cache_layout::fp8_ds_mla &&
-         !p.opt.inplace_q &&
-         !p.opt.inplace_k && p.dn % 8 == 0 && p.dr % (p.opt.style == rope_style::neox ? 16 : 8) == 0 &&
-         p.row_pad_elems % 8 == 0 && p.entry_pad_elems % 8 == 0 && p.block_pad_elems % 8 == 0 &&
-         p.table_pad_elems % 8 == 0;
+         (p.cache_dtype == p.in_dtype || dtype_is_fp8(p.cache_dtype) || p.opt.layout == cache_layout::fp8_ds_mla) &&
+         !p.opt.inplace_q && !p.opt.inplace_k && p.dn % 8 == 0 &&
+         p.dr % (p.opt.style == rope_style::neox ? 16 : 8) == 0 && p.row_pad_elems % 8 == 0 &&
+         p.entry_pad_elems % cache_align == 0 && p.block_pad_elems % cache_align == 0 && p.table_pad_elems % 8 == 0;
 }
 
 }  // namespace
@@ -85,7 +85,8 @@ TEST_CASE("coerce_aligned16: in the profile, idempotent, canonical, everything e
     CHECK(c.pos_dtype == p.pos_dtype);
     CHECK(c.slot_dtype == p.slot_dtype);
     CHECK(c.opt.style == p.opt.style);
-    CHECK(c.opt.layout == (p.opt.layout == cache_layout::fp8_ds_mla ? cache_layout::joint : p.opt.layout));
+    CHECK(c.opt.layout == p.opt.layout);
+    CHECK(c.opt.tile_scale == p.opt.tile_scale);
     CHECK(c.opt.padding == p.opt.padding);
     CHECK(c.q_layout == p.q_layout);
     CHECK(c.kv_layout == p.kv_layout);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backends/hip/kernel.h"
@@ -136,4 +137,41 @@ TEST_CASE("rk_exact_inverse: v / 2^k == v * 2^-k for every v; other scales are d
     differs = !same(v / 0.37f, v * (1.0f / 0.37f));
   }
   CHECK(differs);
+}
+
+// fp8_ds_mla on fast_v4 divides by the tile scale through a double product
+// (rk_div_by_tile_scale): for every bf16 and f16 value and scales across the whole range
+// (random significands, powers of two and their neighbours, FLT_MIN, the largest, inf), the
+// fp32 quotient equals the IEEE division wherever it is a normal number, and the e4m3fn code
+// the entry stores is the same everywhere (subnormal quotients: a zero of the value's sign).
+TEST_CASE("rk_div_by_tile_scale: the double product gives the fp32 division's quotient and code") {
+  ropekv::rng_stream rng{7, 11};
+  auto bits_f = [](uint32_t b) {
+    float v;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  std::vector<float> scales = {1.17549435e-38f, std::ldexp(1.0f, -13), 1.0f, 0.75f, 336.0f / 448.0f,
+                               std::nextafter(1.0f, 2.0f), std::nextafter(1.0f, 0.0f), std::ldexp(1.0f, 120),
+                               3.4028235e38f / 448.0f, std::numeric_limits<float>::infinity()};
+  for (int i = 0; i < 240; ++i) {  // random significands, exponents over [-126, 120]
+    const uint32_t exp = 1u + static_cast<uint32_t>(rng.next_u64() % 247u);
+    scales.push_back(bits_f((exp << 23) | (static_cast<uint32_t>(rng.next_u64()) & 0x7fffffu)));
+  }
+  int64_t values = 0, quotient_bad = 0, code_bad = 0;
+  for (const int32_t t : {rk_bf16, rk_f16}) {
+    for (const float scale : scales) {
+      const double inv_d = 1.0 / static_cast<double>(scale);
+      for (uint32_t code = 0; code < 65536u; ++code) {
+        const float x = rk_decode(t, code);
+        const float want = x / scale, got = rk_div_by_tile_scale(x, inv_d);
+        ++values;
+        if (std::fabs(want) >= 1.17549435e-38f && std::memcmp(&want, &got, 4) != 0) ++quotient_bad;
+        if (rk_encode(rk_e4m3fn, want) != rk_encode(rk_e4m3fn, got)) ++code_bad;
+      }
+    }
+  }
+  CHECK(values == 2 * 65536 * static_cast<int64_t>(scales.size()));
+  CHECK(quotient_bad == 0);
+  CHECK(code_bad == 0);
 }

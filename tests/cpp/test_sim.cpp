@@ -574,7 +574,6 @@ TEST_CASE("sim vs reference: layout fp8_ds_mla, both tile scale rules") {
       CHECK(r.report.outcome == case_outcome::passed);
       CHECK(r.variant.find("+ds_mla") != std::string::npos);
       CHECK(r.variant.rfind("fast_v3", 0) != 0);
-      CHECK(r.variant.rfind("fast_v4", 0) != 0);
       bool scales = false;
       for (const region_report& g : r.report.regions)
         if (g.name == "cache.scales") scales = g.compared == 4 * (p.ts - p.pad_slots) && g.mismatches == 0;
@@ -610,4 +609,79 @@ TEST_CASE("fp8_ds_mla: the comparison catches a wrong scale, a wrong nope byte, 
   region_fails([&](case_data& c) { entry_of(c, slots[0])[300] ^= 0x01; }, "cache.nope");
   region_fails([&](case_data& c) { entry_of(c, slots[2])[528 + 2 * 5 + 1] ^= 0x04; }, "cache.rope");
   region_fails([&](case_data& c) { entry_of(c, slots[0])[656] = 0x5a; }, "cache.untouched");  // entry padding
+}
+
+// fp8_ds_mla on fast_v4 (kernel.h rk_v4_ds_mla_row: each lane takes its tile's amax itself)
+// writes the general body's bytes, for every entry store width (16, 8, 4 bytes: the alignment
+// of the entry addresses), both scale rules, both 16-bit inputs, with tiles holding NaN, +-inf,
+// zeros of both signs, subnormals and the largest finite values, and the decode outputs.
+TEST_CASE("sim: fp8_ds_mla on fast_v4, bit for bit the general body's, special values in every tile rule") {
+  struct special {
+    int64_t t, d;       // kv_c[t, d]
+    uint16_t bf16, f16; // the value's bits in either input dtype
+  };
+  // token 0: NaNs among ordinary values in tile 0 (skipped by the amax), a NaN alone in tile 1;
+  // token 1: +inf in tile 1, -inf in tile 2; token 2: tile 0 all +-0, tile 3 subnormals only;
+  // token 3: the largest finite value and its negative in tile 2
+  std::vector<special> specials = {{0, 3, 0x7fc0, 0x7e00}, {0, 77, 0xffc1, 0xfe01}, {0, 130, 0x7fc0, 0x7e00},
+                                   {1, 200, 0x7f80, 0x7c00}, {1, 300, 0xff80, 0xfc00},
+                                   {3, 260, 0x7f7f, 0x7bff}, {3, 383, 0xff7f, 0xfbff}};
+  for (int64_t d = 0; d < 128; ++d) specials.push_back({2, d, uint16_t(d & 1 ? 0x8000 : 0x0000), uint16_t(d & 1 ? 0x8000 : 0)});
+  for (int64_t d = 384; d < 512; ++d) specials.push_back({2, d, uint16_t(1 + (d & 7)), uint16_t(1 + (d & 7))});
+  const std::string base = "tq=3 ts=5 tk=6 h=3 dn=512 dr=64 p=32 bs=4 nb=3 layout=fp8_ds_mla cache=u8 seed=11 ";
+  struct ds_case {
+    std::string extra;
+    int store_bytes;  // the entry stores fast_v4 must pick
+  };
+  const std::vector<ds_case> cases = {
+      {"entry_pad=0 block_pad=0", 16},
+      {"entry_pad=16 block_pad=32 style=neox", 16},
+      {"entry_pad=8 block_pad=0", 8},
+      {"entry_pad=0 block_pad=24 in=f16 qo=f16", 8},
+      {"entry_pad=4 block_pad=4 table_dtype=f32", 4},
+      {"entry_pad=12 block_pad=0 style=neox in=f16 qo=f16", 4},
+      {"entry_pad=0 block_pad=0 pad_slots=2 pad_at=spread pad_q=skipped", 16},
+      {"entry_pad=0 block_pad=0 dec_out=qzk dec=2", 16},
+      {"entry_pad=4 block_pad=0 dec_out=k style=neox", 4},
+  };
+  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+  for (const char* rule : {"amax", "pow2"}) {
+    for (const ds_case& dc : cases) {
+      const std::string repro = base + "ds_scale=" + rule + " " + dc.extra;
+      INFO(repro);
+      const problem p = parse_problem(repro);
+      case_data initial = make_case(p);
+      const bool bf16 = p.in_dtype == dtype::bf16;
+      for (const special& sp : specials) {
+        char* row = static_cast<char*>(initial.args.kv_c.data) + sp.t * initial.args.kv_c.strides_elems[0] * 2;
+        const uint16_t bits = bf16 ? sp.bf16 : sp.f16;
+        std::memcpy(row + sp.d * 2, &bits, 2);
+      }
+      case_data ref = initial.clone(), fast = initial.clone(), general = initial.clone();
+      make_cpu_backend()->run_host(ref.args, ref.regions());
+      auto sim = make_sim_backend();
+      ropekv_gpu::rk_variant_overrides() = ropekv_gpu::rk_variant_override{};
+      REQUIRE(sim->unsupported_reason(fast.args) == "");
+      sim->run_host(fast.args, fast.regions());
+      const std::string v4 = sim->last_variant();
+      ropekv_gpu::rk_variant_overrides().force_general = 1;
+      sim->run_host(general.args, general.regions());
+      const std::string gen = sim->last_variant();
+      ropekv_gpu::rk_variant_overrides() = saved;
+      INFO(v4, " vs ", gen);
+      CHECK(v4.rfind("fast_v4", 0) == 0);
+      CHECK(v4.find("+ds_mla(st" + std::to_string(dc.store_bytes) + ")") != std::string::npos);
+      CHECK(gen.rfind("fused_v1", 0) == 0);
+      for (auto& [name, buf] : fast.buffers) {
+        host_buffer& b = general.buffers.at(name);
+        REQUIRE(buf.raw_size_bytes() == b.raw_size_bytes());
+        CHECK_MESSAGE(std::memcmp(buf.raw(), b.raw(), buf.raw_size_bytes()) == 0, name);
+      }
+      for (case_data* run : {&fast, &general}) {
+        const case_report r = compare_runs(initial, ref, *run, compare_options{});
+        INFO(format_case_report(r, true));
+        CHECK(r.outcome == case_outcome::passed);
+      }
+    }
+  }
 }
