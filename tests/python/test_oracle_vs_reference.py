@@ -24,6 +24,7 @@ SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
 SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
 DECODE_CASES = int(os.environ.get("ROPEKV_ORACLE_DECODE_CASES", "100"))
 DSMLA_CASES = int(os.environ.get("ROPEKV_ORACLE_DSMLA_CASES", "100"))
+KH_CASES = int(os.environ.get("ROPEKV_ORACLE_KH_CASES", "50"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -161,6 +162,29 @@ def test_reference_matches_oracle_on_the_fp8_ds_mla_layout(ropekv_bin, tmp_path_
                   check_file)
     if DSMLA_CASES >= 50:
         assert rules["amax"] > 0 and rules["pow2"] > 0, rules
+
+
+@pytest.mark.parametrize("kh", [2, 3, 4])
+def test_reference_matches_oracle_with_kv_heads(ropekv_bin, tmp_path_factory, kh):
+    """kh pinned (KH > 1 kv heads, AITER's form; h made a multiple of kh): kv_c / k_pe /
+    k_pe_out [Tk, KH, D] and the caches [nb, KH, bs, D] (every layout but fp8_ds_mla); the oracle
+    writes entry (slot, head k) from kv_c[t, k] / k_pe[t, k] per SPEC "kv heads", byte for byte.
+    ROPEKV_ORACLE_KH_CASES (default 50) cases in all, split over kh = 2, 3, 4."""
+    layouts = Counter()
+
+    def check_file(meta, tensors):
+        p = o.parse_repro(meta["repro"])
+        assert p["kh"] == kh and p["h"] % kh == 0, meta["repro"]
+        assert tensors["kv_c"].shape == (p["tk"], kh, p["dn"])
+        assert tensors["k_pe"].shape == (p["tk"], kh, p["dr"])
+        cache = "cache.expected" if p["layout"] != "split" else "ckv_cache.expected"
+        assert tensors[cache].shape[:3] == (p["nb"], kh, p["bs"]), tensors[cache].shape
+        layouts[p["layout"]] += 1
+
+    cases = max(1, KH_CASES // 3 + (1 if kh == 2 and KH_CASES % 3 else 0) + (1 if kh == 3 and KH_CASES % 3 == 2 else 0))
+    _check_pinned(ropekv_bin, tmp_path_factory, cases, SEED + 5 + kh, f"kh={kh}", f"kh={kh}", check_file)
+    if cases >= 50:
+        assert layouts["joint"] > 0 and layouts["split"] > 0 and layouts["shuffled"] > 0, layouts
 
 
 def test_oracle_ds_mla_scales_by_hand():
