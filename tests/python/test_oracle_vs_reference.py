@@ -103,7 +103,8 @@ def test_reference_matches_oracle_with_decode_outputs(ropekv_bin, tmp_path_facto
         n = p["dec"]
         assert tensors["decode_q_pe_out.expected"].shape == (n, p["h"], p["dr"])
         assert tensors["q_nope_zeros_out.expected"].shape == (n, p["h"], p["dn"])
-        assert tensors["k_pe_out.expected"].shape == (p["tk"], p["dr"])
+        k_rows = (p["tk"], p["kh"], p["dr"]) if p["kh"] > 1 else (p["tk"], p["dr"])  # kv heads
+        assert tensors["k_pe_out.expected"].shape == k_rows
         kinds["0<N<Tq" if 0 < n < p["tq"] else "N=Tq>0" if n == p["tq"] > 0 else "N=0"] += 1
 
     _check_pinned(ropekv_bin, tmp_path_factory, DECODE_CASES, SEED + 3, "dec_out=qzk", "decode-output",
