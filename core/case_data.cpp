@@ -44,7 +44,15 @@ struct layout {
   int64_t table_row;             // cos_sin, or each of cos / sin
   int64_t entry_stride[2];       // joint: [0]; split: ckv [0], kpe [1]
   int64_t block_stride[2];
+  int64_t head_stride[2];        // kv heads (kh > 1): between the heads of a block
 };
+
+// kh > 1, layout joint or split: the cache's memory order. AITER's [nb, KH, bs, D] (heads outer),
+// or, when bit 1 of the seed is set, vLLM's [nb, bs, KH, D] (heads inner: the entry stride spans
+// KH rows) viewed as [nb, KH, bs, D]. Shuffled keeps each (block, head) pair's tiled run whole.
+bool cache_heads_inner(const problem& p) {
+  return p.kv_heads > 1 && p.opt.layout != cache_layout::shuffled && ((p.seed >> 1) & 1) != 0;
+}
 
 layout layout_of(const problem& p) {
   layout l{};
@@ -65,8 +73,18 @@ layout layout_of(const problem& p) {
     l.entry_stride[0] = p.dn + p.entry_pad_elems;
     l.entry_stride[1] = p.dr + p.entry_pad_elems;
   }
-  for (int i = 0; i < 2; ++i)
-    l.block_stride[i] = p.block_size * l.entry_stride[i] + p.block_pad_elems;
+  const bool inner = cache_heads_inner(p);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t row = l.entry_stride[i];
+    if (inner) {
+      l.head_stride[i] = row;
+      l.entry_stride[i] = p.kv_heads * row;
+      l.block_stride[i] = p.block_size * l.entry_stride[i] + p.block_pad_elems;
+    } else {
+      l.head_stride[i] = p.block_size * row;
+      l.block_stride[i] = p.kv_heads * l.head_stride[i] + p.block_pad_elems;
+    }
+  }
   return l;
 }
 
@@ -81,11 +99,12 @@ std::map<std::string, size_t> buffer_sizes(const problem& p) {
   const int64_t q_rows = p.tq * p.heads;
   s["q_nope"] = bytes_of(q_rows * l.q_nope_row, p.in_dtype);
   s["q_pe"] = bytes_of(q_rows * l.q_pe_row, p.in_dtype);
+  const int64_t k_rows = p.tk * p.kv_heads;
   if (p.kv_layout == kv_storage::fused) {
-    s["kv"] = bytes_of(p.tk * l.kv_c_row, p.in_dtype);
+    s["kv"] = bytes_of(k_rows * l.kv_c_row, p.in_dtype);
   } else {
-    s["kv_c"] = bytes_of(p.tk * l.kv_c_row, p.in_dtype);
-    s["k_pe"] = bytes_of(p.tk * l.k_pe_row, p.in_dtype);
+    s["kv_c"] = bytes_of(k_rows * l.kv_c_row, p.in_dtype);
+    s["k_pe"] = bytes_of(k_rows * l.k_pe_row, p.in_dtype);
   }
   s["positions"] = bytes_of(p.tk, p.pos_dtype);
   s["slot_mapping"] = bytes_of(p.ts, p.slot_dtype);
@@ -107,7 +126,7 @@ std::map<std::string, size_t> buffer_sizes(const problem& p) {
   const int64_t dec_rows = p.dec_tokens * p.heads;
   if (p.dec_q_pe) s["decode_q_pe_out"] = bytes_of(dec_rows * (p.dr + p.row_pad_elems), p.in_dtype);
   if (p.dec_zeros) s["q_nope_zeros_out"] = bytes_of(dec_rows * (p.dn + p.row_pad_elems), p.in_dtype);
-  if (p.dec_k_pe) s["k_pe_out"] = bytes_of(p.tk * (p.dr + p.row_pad_elems), p.in_dtype);
+  if (p.dec_k_pe) s["k_pe_out"] = bytes_of(k_rows * (p.dr + p.row_pad_elems), p.in_dtype);
   return s;
 }
 
@@ -129,13 +148,19 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
     a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {l.q_nope_row, T * l.q_nope_row, 1});
     a.q_pe = make_view(p.in_dtype, buf(b, "q_pe"), {T, H, p.dr}, {l.q_pe_row, T * l.q_pe_row, 1});
   }
+  // k rows: [Tk, D] (kh = 1), or [Tk, KH, D] token-major (kh > 1)
+  const int64_t KH = p.kv_heads;
+  auto k_view = [&](uint8_t* base, int64_t width, int64_t row) {
+    if (KH == 1) return make_view(p.in_dtype, base, {p.tk, width}, {row, 1});
+    return make_view(p.in_dtype, base, {p.tk, KH, width}, {KH * row, row, 1});
+  };
   if (p.kv_layout == kv_storage::fused) {
     uint8_t* kv = buf(b, "kv");
-    a.kv_c = make_view(p.in_dtype, kv, {p.tk, p.dn}, {l.kv_c_row, 1});
-    a.k_pe = make_view(p.in_dtype, kv + bytes_of(p.dn, p.in_dtype), {p.tk, p.dr}, {l.k_pe_row, 1});
+    a.kv_c = k_view(kv, p.dn, l.kv_c_row);
+    a.k_pe = k_view(kv + bytes_of(p.dn, p.in_dtype), p.dr, l.k_pe_row);
   } else {
-    a.kv_c = make_view(p.in_dtype, buf(b, "kv_c"), {p.tk, p.dn}, {l.kv_c_row, 1});
-    a.k_pe = make_view(p.in_dtype, buf(b, "k_pe"), {p.tk, p.dr}, {l.k_pe_row, 1});
+    a.kv_c = k_view(buf(b, "kv_c"), p.dn, l.kv_c_row);
+    a.k_pe = k_view(buf(b, "k_pe"), p.dr, l.k_pe_row);
   }
   a.positions = make_view(p.pos_dtype, buf(b, "positions"), {p.tk}, {1});
   a.slot_mapping = make_view(p.slot_dtype, buf(b, "slot_mapping"), {p.ts}, {1});
@@ -147,14 +172,17 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
   }
   a.q_out = make_view(p.q_out_dtype, buf(b, "q_out"), {T, H, p.dn + p.dr}, {H * l.q_out_row, l.q_out_row, 1});
   const int64_t nb = p.num_blocks, bs = p.block_size;
+  // caches: [nb, bs, D] (kh = 1), or [nb, KH, bs, D] (kh > 1; memory order: layout_of)
+  auto cache_view = [&](uint8_t* base, int64_t width, int i) {
+    if (KH == 1) return make_view(p.cache_dtype, base, {nb, bs, width}, {l.block_stride[i], l.entry_stride[i], 1});
+    return make_view(p.cache_dtype, base, {nb, KH, bs, width},
+                     {l.block_stride[i], l.head_stride[i], l.entry_stride[i], 1});
+  };
   if (single_cache_tensor(p.opt.layout)) {
-    a.cache = make_view(p.cache_dtype, buf(b, "cache"), {nb, bs, cache_row_elems(p.opt.layout, p.dn, p.dr)},
-                        {l.block_stride[0], l.entry_stride[0], 1});
+    a.cache = cache_view(buf(b, "cache"), cache_row_elems(p.opt.layout, p.dn, p.dr), 0);
   } else {
-    a.ckv_cache = make_view(p.cache_dtype, buf(b, "ckv_cache"), {nb, bs, p.dn},
-                            {l.block_stride[0], l.entry_stride[0], 1});
-    a.kpe_cache = make_view(p.cache_dtype, buf(b, "kpe_cache"), {nb, bs, p.dr},
-                            {l.block_stride[1], l.entry_stride[1], 1});
+    a.ckv_cache = cache_view(buf(b, "ckv_cache"), p.dn, 0);
+    a.kpe_cache = cache_view(buf(b, "kpe_cache"), p.dr, 1);
   }
   if (p.scales == scale_storage::tensor) {
     // The floats are a NaN decoy: a backend must read the tensors (validate rejects a NaN float).
@@ -176,8 +204,7 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
   };
   if (p.dec_q_pe) a.decode_q_pe_out = decode_view("decode_q_pe_out", p.dr);
   if (p.dec_zeros) a.q_nope_zeros_out = decode_view("q_nope_zeros_out", p.dn);
-  if (p.dec_k_pe)
-    a.k_pe_out = make_view(p.in_dtype, buf(b, "k_pe_out"), {p.tk, p.dr}, {p.dr + p.row_pad_elems, 1});
+  if (p.dec_k_pe) a.k_pe_out = k_view(buf(b, "k_pe_out"), p.dr, p.dr + p.row_pad_elems);
   a.options = p.opt;
   return a;
 }

@@ -407,7 +407,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   const int64_t ts = args.slot_mapping.shape[0];
   const bool joint = args.cache.present();
   const tensor_view& cache_any = joint ? args.cache : args.ckv_cache;
-  const int64_t block_size = cache_any.shape[1];
+  const int64_t block_size = cache_any.shape[cache_entry_dim(cache_any)];
 
   auto view_in = [&](const tensor_view& v, const case_data& run, const char* what) {
     return rebase(v, locate(init, v, what), run);
@@ -503,35 +503,41 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   value_region c_rope_r(joint ? "cache.rope" : "kpe_cache.rope", region_rule::rope, cache_t);
   value_region c_scale_r("cache.scales", region_rule::exact, dtype::f32);
   value_region k_inpl_r("k_pe.inplace", region_rule::rope, args.k_pe.type);
-  {
+  // kv heads (core/SPEC.md): each head's entries and k rows compared through the call restricted
+  // to that head (core/cache_map.h kv_head_args: rank-2 k rows, rank-3 caches), so the walk
+  // below is the one-head walk, once per head.
+  const int64_t kv_heads = kv_head_count(args.kv_c);
+  for (int64_t kh = 0; kh < kv_heads; ++kh) {
+    const op_args hargs = kv_head_args(args, kh);
+    const std::string head_note = kv_heads > 1 ? fmt::format("kv_head={} ", kh) : std::string();
     tensor_view ca, cb, ka, kb, ra, rb;
     if (joint) {
-      ca = view_in(args.cache, a, "cache");
-      cb = view_in(args.cache, b, "cache");
+      ca = view_in(hargs.cache, a, "cache");
+      cb = view_in(hargs.cache, b, "cache");
     } else {
-      ca = view_in(args.ckv_cache, a, "ckv_cache");
-      cb = view_in(args.ckv_cache, b, "ckv_cache");
-      ra = view_in(args.kpe_cache, a, "kpe_cache");
-      rb = view_in(args.kpe_cache, b, "kpe_cache");
+      ca = view_in(hargs.ckv_cache, a, "ckv_cache");
+      cb = view_in(hargs.ckv_cache, b, "ckv_cache");
+      ra = view_in(hargs.kpe_cache, a, "kpe_cache");
+      rb = view_in(hargs.kpe_cache, b, "kpe_cache");
     }
-    comparer::marker nope_mark = cmp.marker_for(joint ? args.cache : args.ckv_cache, "cache");
-    comparer::marker rope_mark = cmp.marker_for(joint ? args.cache : args.kpe_cache, "kpe_cache");
+    comparer::marker nope_mark = cmp.marker_for(joint ? hargs.cache : hargs.ckv_cache, "cache");
+    comparer::marker rope_mark = cmp.marker_for(joint ? hargs.cache : hargs.kpe_cache, "kpe_cache");
     comparer::marker kpe_mark, kout_mark;
     tensor_view koa, kob;
     if (ts > 0) {
-      ka = view_in(args.k_pe, a, "k_pe");
-      kb = view_in(args.k_pe, b, "k_pe");
-      kpe_mark = cmp.marker_for(args.k_pe, "k_pe");
+      ka = view_in(hargs.k_pe, a, "k_pe");
+      kb = view_in(hargs.k_pe, b, "k_pe");
+      kpe_mark = cmp.marker_for(hargs.k_pe, "k_pe");
       if (dec_k) {
-        koa = view_in(args.k_pe_out, a, "k_pe_out");
-        kob = view_in(args.k_pe_out, b, "k_pe_out");
-        kout_mark = cmp.marker_for(args.k_pe_out, "k_pe_out");
+        koa = view_in(hargs.k_pe_out, a, "k_pe_out");
+        kob = view_in(hargs.k_pe_out, b, "k_pe_out");
+        kout_mark = cmp.marker_for(hargs.k_pe_out, "k_pe_out");
       }
     }
     // Where feature d of a part of slot s lives in its tensor's own index space [block, entry,
     // feature] (core/cache_map.h): the row layouts keep entries as rows; a shuffled block is one
     // run of block_size x (Dn + Dr) elements, read back as [entry', feature'].
-    const paged_cache_map map = paged_cache_map::from_args(args);
+    const paged_cache_map map = paged_cache_map::from_args(hargs);
     const bool shuffled = o.layout == cache_layout::shuffled;
     struct at3 { int64_t blk, ent, f; };
     auto physical = [&](int64_t s, bool rope, int64_t d) -> at3 {
@@ -539,7 +545,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       if (ds_mla)  // byte of the entry: nope value d, or the first byte of 16-bit rope value d
         return {blk, s % block_size, rope ? ds_mla_rope_offset_bytes + 2 * d : d};
       if (!shuffled) return {blk, s % block_size, (rope ? map.rope_feature0 : map.nope_feature0) + d};
-      const int64_t off = (rope ? map.rope_offset_elems(s, d) : map.nope_offset_elems(s, d)) -
+      const int64_t off = (rope ? map.rope_offset_elems(s, 0, d) : map.nope_offset_elems(s, 0, d)) -
                           blk * map.nope_block_stride;
       return {blk, off / (dn + dr), off % (dn + dr)};
     };
@@ -551,11 +557,11 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     };
     auto where = [&](int64_t s, int64_t t, bool rope, int64_t d, const at3& x) {
       if (ds_mla)
-        return fmt::format("block={} entry={} {} value={} (slot {}, token {}; byte {})", x.blk, x.ent,
+        return head_note + fmt::format("block={} entry={} {} value={} (slot {}, token {}; byte {})", x.blk, x.ent,
                            rope ? "rope" : "nope", d, s, t, x.f);
       if (!shuffled)
-        return fmt::format("block={} entry={} feature={} (slot {}, token {})", x.blk, x.ent, x.f, s, t);
-      return fmt::format("block={} entry={} {} feature={} (slot {}, token {}; stored at [{}, {}, {}])",
+        return head_note + fmt::format("block={} entry={} feature={} (slot {}, token {})", x.blk, x.ent, x.f, s, t);
+      return head_note + fmt::format("block={} entry={} {} feature={} (slot {}, token {}; stored at [{}, {}, {}])",
                          x.blk, s % block_size, rope ? "rope" : "nope", d, s, t, x.blk, x.ent, x.f);
     };
     for (int64_t t = 0; t < ts; ++t) {
@@ -564,27 +570,27 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
       if (ds_mla) {
         for (int64_t k = 0; k < ds_mla_tiles; ++k) {
           bool zero = true;
-          for (int64_t i = 0; i < ds_mla_tile_elems; ++i) zero = zero && read_value(args.kv_c, {t, k * ds_mla_tile_elems + i}) == 0.0;
+          for (int64_t i = 0; i < ds_mla_tile_elems; ++i) zero = zero && read_value(hargs.kv_c, {t, k * ds_mla_tile_elems + i}) == 0.0;
           const at3 x{s / block_size, s % block_size, ds_mla_scales_offset_bytes + 4 * k};
           c_scale_r.compare_exact(le_bytes(ca, x, 4), le_bytes(cb, x, 4), zero, opt, [&] {
             return fmt::format("block={} entry={} scale of tile {} (slot {}, token {}; byte {})", x.blk, x.ent, k, s,
                                t, x.f);
           });
-          for (int64_t i = 0; i < 4; ++i) nope_mark.mark(args.cache, {x.blk, x.ent, x.f + i});
+          for (int64_t i = 0; i < 4; ++i) nope_mark.mark(hargs.cache, {x.blk, x.ent, x.f + i});
         }
       }
       for (int64_t d = 0; d < dn; ++d) {
-        bool zero = read_value(args.kv_c, {t, d}) == 0.0;
+        bool zero = read_value(hargs.kv_c, {t, d}) == 0.0;
         const at3 x = physical(s, false, d);
-        const tensor_view& cv = joint ? args.cache : args.ckv_cache;
+        const tensor_view& cv = joint ? hargs.cache : hargs.ckv_cache;
         c_nope_r.compare_exact(bits_at(ca, {x.blk, x.ent, x.f}), bits_at(cb, {x.blk, x.ent, x.f}), zero, opt,
                                [&] { return where(s, t, false, d, x); });
         nope_mark.mark(cv, {x.blk, x.ent, x.f});
       }
       for (int64_t j = 0; j < dr; ++j) {
-        rope_operands ro = k_rope_operands(args, t, j);
+        rope_operands ro = k_rope_operands(hargs, t, j);
         bool zero = ro.x == 0.0 && ro.partner == 0.0;
-        const rope_element e = rope_element_of(args, ro, args.k_pe.type, cache_t, k_scale);
+        const rope_element e = rope_element_of(hargs, ro, hargs.k_pe.type, cache_t, k_scale);
         const at3 x = physical(s, true, j);
         const tensor_view& xa = joint ? ca : ra;
         const tensor_view& xb = joint ? cb : rb;
@@ -592,18 +598,18 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
         c_rope_r.compare_rope(ds_mla ? le_bytes(xa, x, 2) : bits_at(xa, {x.blk, x.ent, x.f}),
                               ds_mla ? le_bytes(xb, x, 2) : bits_at(xb, {x.blk, x.ent, x.f}), e, zero, opt,
                               [&] { return where(s, t, true, j, x); });
-        for (int64_t i = 0; i < nbytes; ++i) rope_mark.mark(joint ? args.cache : args.kpe_cache, {x.blk, x.ent, x.f + i});
+        for (int64_t i = 0; i < nbytes; ++i) rope_mark.mark(joint ? hargs.cache : hargs.kpe_cache, {x.blk, x.ent, x.f + i});
         if (o.inplace_k) {
-          const rope_element e_in = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
+          const rope_element e_in = rope_element_of(hargs, ro, hargs.k_pe.type, hargs.k_pe.type, 1.0f);
           k_inpl_r.compare_rope(bits_at(ka, {t, j}), bits_at(kb, {t, j}), e_in, zero, opt,
-                           [&] { return fmt::format("token={} dim={}", t, j); });
-          kpe_mark.mark(args.k_pe, {t, j});
+                           [&] { return head_note + fmt::format("token={} dim={}", t, j); });
+          kpe_mark.mark(hargs.k_pe, {t, j});
         }
         if (dec_k) {  // the rows inplace_k writes, in k_pe's dtype, no scale
-          const rope_element e_o = rope_element_of(args, ro, args.k_pe.type, args.k_pe.type, 1.0f);
+          const rope_element e_o = rope_element_of(hargs, ro, hargs.k_pe.type, hargs.k_pe.type, 1.0f);
           dec_k_r.compare_rope(bits_at(koa, {t, j}), bits_at(kob, {t, j}), e_o, zero, opt,
-                               [&] { return fmt::format("token={} dim={}", t, j); });
-          kout_mark.mark(args.k_pe_out, {t, j});
+                               [&] { return head_note + fmt::format("token={} dim={}", t, j); });
+          kout_mark.mark(hargs.k_pe_out, {t, j});
         }
       }
     }

@@ -49,17 +49,20 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 // Calls f(element offset in the view, flat logical index) for every element, row-major.
 template <typename F>
 void for_each_element(const tensor_view& v, F&& f) {
-  if (v.rank < 1 || v.rank > 3) throw error(fmt::format("golden: unsupported view rank {}", v.rank));
+  if (v.rank < 1 || v.rank > 4) throw error(fmt::format("golden: unsupported view rank {}", v.rank));
   const int64_t d0 = v.shape[0];
   const int64_t d1 = v.rank >= 2 ? v.shape[1] : 1;
   const int64_t d2 = v.rank >= 3 ? v.shape[2] : 1;
+  const int64_t d3 = v.rank >= 4 ? v.shape[3] : 1;
   const int64_t s0 = v.strides_elems[0];
   const int64_t s1 = v.rank >= 2 ? v.strides_elems[1] : 0;
   const int64_t s2 = v.rank >= 3 ? v.strides_elems[2] : 0;
+  const int64_t s3 = v.rank >= 4 ? v.strides_elems[3] : 0;
   int64_t flat = 0;
   for (int64_t i = 0; i < d0; ++i)
     for (int64_t j = 0; j < d1; ++j)
-      for (int64_t k = 0; k < d2; ++k) f(i * s0 + j * s1 + k * s2, flat++);
+      for (int64_t k = 0; k < d2; ++k)
+        for (int64_t l = 0; l < d3; ++l) f(i * s0 + j * s1 + k * s2 + l * s3, flat++);
 }
 
 golden_tensor gather(const tensor_view& v) {
@@ -262,8 +265,17 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& p) {
   const int64_t w = p.dn + p.dr;
   s.push_back({"q_nope", p.in_dtype, {p.tq, p.heads, p.dn}});
   s.push_back({"q_pe", p.in_dtype, {p.tq, p.heads, p.dr}});
-  s.push_back({"kv_c", p.in_dtype, {p.tk, p.dn}});
-  s.push_back({"k_pe", p.in_dtype, {p.tk, p.dr}});
+  // kv heads: kh = 1 keeps the rank-2 k rows and rank-3 caches; kh > 1 adds the head dimension
+  const int64_t kh = p.kv_heads;
+  auto k_rows = [&](int64_t width) {
+    return kh == 1 ? std::vector<int64_t>{p.tk, width} : std::vector<int64_t>{p.tk, kh, width};
+  };
+  auto cache_shape = [&](int64_t width) {
+    return kh == 1 ? std::vector<int64_t>{p.num_blocks, p.block_size, width}
+                   : std::vector<int64_t>{p.num_blocks, kh, p.block_size, width};
+  };
+  s.push_back({"kv_c", p.in_dtype, k_rows(p.dn)});
+  s.push_back({"k_pe", p.in_dtype, k_rows(p.dr)});
   s.push_back({"positions", p.pos_dtype, {p.tk}});
   s.push_back({"slot_mapping", p.slot_dtype, {p.ts}});
   if (p.table == table_kind::one) {
@@ -279,19 +291,18 @@ std::vector<golden_tensor_spec> golden_tensor_specs(const problem& p) {
   for (const char* when : {".initial", ".expected"}) {
     s.push_back({std::string("q_out") + when, p.q_out_dtype, {p.tq, p.heads, w}});
     if (single_cache_tensor(p.opt.layout)) {
-      s.push_back({std::string("cache") + when, p.cache_dtype,
-                   {p.num_blocks, p.block_size, cache_row_elems(p.opt.layout, p.dn, p.dr)}});
+      s.push_back({std::string("cache") + when, p.cache_dtype, cache_shape(cache_row_elems(p.opt.layout, p.dn, p.dr))});
     } else {
-      s.push_back({std::string("ckv_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dn}});
-      s.push_back({std::string("kpe_cache") + when, p.cache_dtype, {p.num_blocks, p.block_size, p.dr}});
+      s.push_back({std::string("ckv_cache") + when, p.cache_dtype, cache_shape(p.dn)});
+      s.push_back({std::string("kpe_cache") + when, p.cache_dtype, cache_shape(p.dr)});
     }
     // decode outputs (core/SPEC.md "Decode outputs"), those the repro's dec_out passes
     if (p.dec_q_pe) s.push_back({std::string("decode_q_pe_out") + when, p.in_dtype, {p.dec_tokens, p.heads, p.dr}});
-    if (p.dec_k_pe) s.push_back({std::string("k_pe_out") + when, p.in_dtype, {p.tk, p.dr}});
+    if (p.dec_k_pe) s.push_back({std::string("k_pe_out") + when, p.in_dtype, k_rows(p.dr)});
     if (p.dec_zeros) s.push_back({std::string("q_nope_zeros_out") + when, p.in_dtype, {p.dec_tokens, p.heads, p.dn}});
   }
   if (p.opt.inplace_q) s.push_back({"q_pe.expected", p.in_dtype, {p.tq, p.heads, p.dr}});
-  if (p.opt.inplace_k) s.push_back({"k_pe.expected", p.in_dtype, {p.tk, p.dr}});
+  if (p.opt.inplace_k) s.push_back({"k_pe.expected", p.in_dtype, k_rows(p.dr)});
   return s;
 }
 

@@ -101,7 +101,8 @@ op_sizes sizes_of(const op_args& args) {
   s.table_rows = args.cos_sin.present() ? dim(args.cos_sin, 0) : dim(args.cos, 0);
   const tensor_view& cache = args.cache.present() ? args.cache : args.ckv_cache;
   s.num_blocks = dim(cache, 0);
-  s.block_size = dim(cache, 1);
+  s.block_size = dim(cache, cache.present() ? cache_entry_dim(cache) : 1);
+  s.kv_heads = kv_head_count(args.kv_c);
   return s;
 }
 

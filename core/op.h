@@ -59,23 +59,25 @@ struct op_options {
 struct op_args {
   tensor_view q_nope;        // [Tq, H, Dn]        f32|f16|bf16
   tensor_view q_pe;          // [Tq, H, Dr]        same dtype as q_nope
-  tensor_view kv_c;          // [Tk, Dn]           f32|f16|bf16
-  tensor_view k_pe;          // [Tk, Dr]           same dtype as kv_c
+  tensor_view kv_c;          // [Tk, Dn] or [Tk, KH, Dn]  f32|f16|bf16 (rank 2: KH = 1)
+  tensor_view k_pe;          // [Tk, Dr] or [Tk, KH, Dr]  same dtype and rank as kv_c
   tensor_view positions;     // [Tk]               i32|i64
   tensor_view slot_mapping;  // [Ts]               i32|i64
   tensor_view cos_sin;       // [P, Dr]            table one: Dr/2 cos then Dr/2 sin
   tensor_view cos;           // [P, Dr/2]          table two
   tensor_view sin;           // [P, Dr/2]          table two
   tensor_view q_out;         // [Tq, H, Dn + Dr]   f32|f16|bf16|fp8*
-  tensor_view cache;         // [num_blocks, block_size, Dn + Dr]  layout joint or shuffled
-                             // [num_blocks, block_size, 656] u8    layout fp8_ds_mla
-  tensor_view ckv_cache;     // [num_blocks, block_size, Dn]       layout split
-  tensor_view kpe_cache;     // [num_blocks, block_size, Dr]       layout split
+  // Caches: rank 3 [num_blocks, block_size, D] (KH = 1), or rank 4 [num_blocks, KH, block_size, D]
+  // (AITER's order; block, head and entry strides free, so vLLM's [nb, bs, KH, D] is a view).
+  tensor_view cache;         // [num_blocks, (KH,) block_size, Dn + Dr]  layout joint or shuffled
+                             // [num_blocks, block_size, 656] u8    layout fp8_ds_mla (KH = 1 only)
+  tensor_view ckv_cache;     // [num_blocks, (KH,) block_size, Dn]       layout split
+  tensor_view kpe_cache;     // [num_blocks, (KH,) block_size, Dr]       layout split
   tensor_view k_scale_tensor;  // [1]             f32, optional: k_scale read at run time (core/SPEC.md)
   tensor_view q_scale_tensor;  // [1]             f32, optional: q_scale read at run time
   // Decode outputs (core/SPEC.md "Decode outputs"), each optional; N = num_decode_toks <= Tq
   tensor_view decode_q_pe_out;   // [N, H, Dr]     q_pe's dtype: rope(q_pe) of rows t < N, unscaled
-  tensor_view k_pe_out;          // [Tk, Dr]       k_pe's dtype: rope(k_pe) of rows with a slot >= 0
+  tensor_view k_pe_out;          // [Tk, (KH,) Dr] k_pe's dtype and rank: rope(k_pe) of rows with a slot >= 0
   tensor_view q_nope_zeros_out;  // [N, H, Dn]     q_nope's dtype: zeros in rows t < N
   float k_scale = 1.0f;        // read only when k_scale_tensor is absent
   float q_scale = 1.0f;        // read only when q_scale_tensor is absent
@@ -94,8 +96,19 @@ std::array<std::pair<const char*, const tensor_view*>, op_tensor_count> named_te
 // Sizes read off the views (after validation they are consistent).
 struct op_sizes {
   int64_t tq, ts, tk, heads, dn, dr, table_rows, num_blocks, block_size;
+  int64_t kv_heads;  // KH: kv_c.shape[1] when kv_c has rank 3, else 1
 };
 op_sizes sizes_of(const op_args& args);
+
+// kv heads (core/SPEC.md): kv_c, k_pe and k_pe_out are [Tk, D] (KH = 1) or [Tk, KH, D]; the
+// caches [num_blocks, block_size, D] (KH = 1) or [num_blocks, KH, block_size, D]. Views of either
+// rank read through these: the head dimension's stride (0 without one) and the entry dimension.
+inline int64_t kv_head_count(const tensor_view& kv_c) {
+  return kv_c.present() && kv_c.rank == 3 ? kv_c.shape[1] : 1;
+}
+inline int64_t k_row_head_stride(const tensor_view& v) { return v.rank == 3 ? v.strides_elems[1] : 0; }
+inline int cache_entry_dim(const tensor_view& c) { return c.rank == 4 ? 2 : 1; }
+inline int64_t cache_head_stride(const tensor_view& c) { return c.rank == 4 ? c.strides_elems[1] : 0; }
 
 // The scale a host-side computation uses: the tensor's value when the scale is a tensor (then it
 // must be in host memory: arg_error naming it otherwise), else the float.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,8 +24,8 @@ namespace ropekv {
 namespace {
 
 // Every repro key, in the canonical print order (docs/golden-format.md).
-constexpr std::array<const char*, 43> repro_keys = {
-    "tq",        "ts",        "tk",         "h",          "dn",        "dr",        "p",
+constexpr std::array<const char*, 44> repro_keys = {
+    "tq",        "ts",        "tk",         "h",          "kh",        "dn",        "dr",        "p",
     "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
     "cache",     "table",     "style",      "layout",     "ds_scale",  "order",     "scale_conv", "pad_q",
     "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "scales",    "q_layout",
@@ -176,6 +177,7 @@ std::string problem::to_repro() const {
   add("ts", ts);
   add("tk", tk);
   add("h", heads);
+  add("kh", kv_heads);
   add("dn", dn);
   add("dr", dr);
   add("p", table_rows);
@@ -218,7 +220,7 @@ std::string problem::to_repro() const {
 }
 
 bool problem::operator==(const problem& o) const {
-  return tq == o.tq && ts == o.ts && tk == o.tk && heads == o.heads && dn == o.dn &&
+  return tq == o.tq && ts == o.ts && tk == o.tk && heads == o.heads && kv_heads == o.kv_heads && dn == o.dn &&
          dr == o.dr && table_rows == o.table_rows && block_size == o.block_size &&
          num_blocks == o.num_blocks && in_dtype == o.in_dtype && table_dtype == o.table_dtype &&
          pos_dtype == o.pos_dtype && slot_dtype == o.slot_dtype &&
@@ -274,6 +276,7 @@ void set_problem_key(problem& p, std::string_view key, std::string_view val) {
   else if (key == "ts") p.ts = parse_i64(key, val);
   else if (key == "tk") p.tk = parse_i64(key, val);
   else if (key == "h") p.heads = parse_i64(key, val);
+  else if (key == "kh") p.kv_heads = parse_i64(key, val);
   else if (key == "dn") p.dn = parse_i64(key, val);
   else if (key == "dr") p.dr = parse_i64(key, val);
   else if (key == "p") p.table_rows = parse_i64(key, val);
@@ -383,6 +386,7 @@ ds_mla_violation ds_mla_check(const problem& p) {
             dtype_name(p.in_dtype)};
   if (p.dn != ds_mla_dn) return {"dn", "512 (layout fp8_ds_mla)", std::to_string(p.dn)};
   if (p.dr != ds_mla_dr) return {"dr", "64 (layout fp8_ds_mla)", std::to_string(p.dr)};
+  if (p.kv_heads != 1) return {"kh", "1 (layout fp8_ds_mla: one kv head per entry)", std::to_string(p.kv_heads)};
   if (p.cache_dtype != dtype::u8)
     return {"cache", "u8 (layout fp8_ds_mla: 656-byte entries)", dtype_name(p.cache_dtype)};
   if (p.opt.order != row_order::nope_first)
@@ -422,6 +426,7 @@ void fit_ds_mla(problem& p, F&& free) {
   if (free("in") && p.in_dtype != dtype::bf16 && p.in_dtype != dtype::f16) p.in_dtype = dtype::bf16;
   if (free("dn")) p.dn = ds_mla_dn;
   if (free("dr")) p.dr = ds_mla_dr;
+  if (free("kh")) p.kv_heads = 1;
   if (free("cache")) p.cache_dtype = dtype::u8;
   if (free("order")) p.opt.order = row_order::nope_first;
   if (free("entry_pad")) p.entry_pad_elems = p.entry_pad_elems / 4 * 4;
@@ -450,6 +455,10 @@ problem pin_problem(problem p, std::string_view pins) {
     const uint64_t kind = u % 4;
     p.dec_tokens = kind == 0 ? p.tq : kind == 1 || p.tq == 0 ? 0 : 1 + static_cast<int64_t>((u >> 8) % static_cast<uint64_t>(p.tq));
   }
+  // kv heads: a pinned kh makes a free h a multiple of it; a pinned h makes a free kh divide it.
+  if (!free("kh") && free("h") && p.kv_heads > 0 && p.heads % p.kv_heads != 0)
+    p.heads = (p.heads + p.kv_heads - 1) / p.kv_heads * p.kv_heads;
+  if (free("kh") && p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads != 0) p.kv_heads = std::gcd(p.heads, p.kv_heads);
   // Keep what the generator derived from a pinned size consistent with it.
   if (free("ts")) p.ts = std::max(p.ts, p.tq);
   if (free("tk")) p.tk = std::max(p.tk, p.ts);
@@ -501,6 +510,9 @@ void check_problem(const problem& p) {
   if (p.tq > p.ts) throw arg_error("tq", fmt::format("tq <= ts = {}", p.ts), std::to_string(p.tq));
   if (p.ts > p.tk) throw arg_error("ts", fmt::format("ts <= tk = {}", p.tk), std::to_string(p.ts));
   check_range("h", p.heads, 1, max_heads_limit);
+  check_range("kh", p.kv_heads, 1, max_heads_limit);
+  if (p.heads % p.kv_heads != 0)
+    throw arg_error("kh", fmt::format("a divisor of h = {}", p.heads), std::to_string(p.kv_heads));
   check_range("dn", p.dn, 1, max_dim_limit);
   check_range("dr", p.dr, 2, max_dim_limit);
   if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
@@ -557,8 +569,10 @@ void check_problem(const problem& p) {
   const double q_rows = static_cast<double>(p.tq) * static_cast<double>(p.heads);
   check_bytes("q_nope", q_rows * static_cast<double>(p.dn + p.row_pad_elems), p.in_dtype);
   check_bytes("q_out", q_rows * static_cast<double>(p.dn + p.dr + p.row_pad_elems), p.q_out_dtype);
+  check_bytes("kv_c", static_cast<double>(p.tk) * static_cast<double>(p.kv_heads) *
+                         static_cast<double>(p.dn + p.dr + p.row_pad_elems), p.in_dtype);
   const double entry = static_cast<double>(cache_row_elems(p.opt.layout, p.dn, p.dr) + p.entry_pad_elems);
-  const double block = static_cast<double>(p.block_size) * entry + p.block_pad_elems;
+  const double block = static_cast<double>(p.kv_heads) * static_cast<double>(p.block_size) * entry + p.block_pad_elems;
   check_bytes("cache", static_cast<double>(p.num_blocks) * block, p.cache_dtype);
   check_bytes("cos_sin", static_cast<double>(p.table_rows) * (p.dr + p.table_pad_elems),
               p.table_dtype);
@@ -736,6 +750,14 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
     bound_cost();  // Dn, Dr may have grown
     if (p.dec_tokens > p.tq) p.dec_tokens = p.tq;
   }
+  // kv heads (KH > 1: AITER's fused_qk_rope_cat_and_cache_mla), drawn last for the same reason:
+  // a divisor of H in [2, 16] (not with layout fp8_ds_mla, whose record holds one head).
+  if (r.chance(0.15) && p.opt.layout != cache_layout::fp8_ds_mla) {
+    std::vector<int64_t> divisors;
+    for (int64_t d = 2; d <= std::min<int64_t>(p.heads, 16); ++d)
+      if (p.heads % d == 0) divisors.push_back(d);
+    if (!divisors.empty()) p.kv_heads = divisors[r.below(divisors.size())];
+  }
   check_problem(p);
   return p;
 }
@@ -746,6 +768,7 @@ problem coerce_aligned16(problem p) {
   if (p.in_dtype != dtype::f16 && p.in_dtype != dtype::bf16)
     p.in_dtype = (p.seed & 1) ? dtype::bf16 : dtype::f16;
   p.q_out_dtype = p.in_dtype;
+  p.kv_heads = 1;  // no fast path takes KH > 1 (launch_plan.h): one kv head
   if (!dtype_is_fp8(p.cache_dtype) && p.opt.layout != cache_layout::fp8_ds_mla) p.cache_dtype = p.in_dtype;
   p.opt.inplace_q = false;
   p.opt.inplace_k = false;

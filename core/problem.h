@@ -19,6 +19,8 @@ struct problem {
   // sizes
   int64_t tq = 1, ts = 1, tk = 1;  // Tq <= Ts <= Tk
   int64_t heads = 128;
+  int64_t kv_heads = 1;            // KH (repro key kh): a divisor of heads; > 1 makes kv_c, k_pe,
+                                   // k_pe_out [Tk, KH, D] and the caches [nb, KH, bs, D] (rank 4)
   int64_t dn = 512, dr = 64;
   int64_t table_rows = 4096;       // P
   int64_t block_size = 64;

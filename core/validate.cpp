@@ -270,6 +270,26 @@ void check_cache_entries(const tensor_view& v, const char* name) {
   }
 }
 
+// A cache tensor of rank 3 [num_blocks, block_size, D] or 4 [num_blocks, KH, block_size, D]:
+// rank, dims, dtype and strides as check_tensor.
+void check_cache_tensor(const tensor_view& v, const char* name, std::initializer_list<dtype> allowed) {
+  if (v.rank != 3 && v.rank != 4) {
+    throw arg_error(name, "rank 3 [num_blocks, block_size, D] or 4 [num_blocks, KH, block_size, D]",
+                    "rank " + std::to_string(v.rank) + " " + view_shape(v));
+  }
+  check_tensor(v, name, v.rank, allowed);
+}
+
+// A rank-4 cache [num_blocks, KH, block_size, width]: block, head and entry strides are free,
+// but no two (block, head, entry) rows may share an element (check_no_self_overlap's rule).
+void check_cache_rows(const tensor_view& v, const char* name) {
+  int64_t capacity_slots = 0;
+  if (__builtin_mul_overflow(v.shape[0], v.shape[2], &capacity_slots)) {
+    throw arg_error(fmt::format("{}.shape", name), "num_blocks x block_size that fits in int64", "overflow");
+  }
+  check_no_self_overlap(v, name);
+}
+
 template <typename E>
 void check_enum(E v, const char* name) {
   // to_string throws for an out-of-range value; turn that into an arg_error naming the option.
@@ -310,8 +330,16 @@ void validate(const op_args& args, bool check_values) {
   check_tensor(args.q_nope, "q_nope", 3, in_types);
   check_tensor(args.q_pe, "q_pe", 3, in_types);
   check_same_dtype(args.q_pe, "q_pe", args.q_nope, "q_nope");
-  check_tensor(args.kv_c, "kv_c", 2, in_types);
-  check_tensor(args.k_pe, "k_pe", 2, in_types);
+  // kv_c [Tk, Dn] (KH = 1) or [Tk, KH, Dn]; k_pe of the same rank
+  if (args.kv_c.rank != 2 && args.kv_c.rank != 3)
+    throw arg_error("kv_c", "rank 2 [Tk, Dn] or 3 [Tk, KH, Dn]",
+                    "rank " + std::to_string(args.kv_c.rank) + " " + view_shape(args.kv_c));
+  check_tensor(args.kv_c, "kv_c", args.kv_c.rank, in_types);
+  if (args.k_pe.rank != args.kv_c.rank)
+    throw arg_error("k_pe", fmt::format("rank {} (kv_c's: {})", args.kv_c.rank,
+                                        args.kv_c.rank == 3 ? "[Tk, KH, Dr]" : "[Tk, Dr]"),
+                    "rank " + std::to_string(args.k_pe.rank) + " " + view_shape(args.k_pe));
+  check_tensor(args.k_pe, "k_pe", args.k_pe.rank, in_types);
   check_same_dtype(args.k_pe, "k_pe", args.kv_c, "kv_c");
   check_tensor(args.positions, "positions", 1, index_types);
   check_tensor(args.slot_mapping, "slot_mapping", 1, index_types);
@@ -337,14 +365,14 @@ void validate(const op_args& args, bool check_values) {
       require_present(args.cache, "cache", "a tensor [num_blocks, block_size, Dn + Dr] (layout joint)");
       require_absent(args.ckv_cache, "ckv_cache", "layout joint");
       require_absent(args.kpe_cache, "kpe_cache", "layout joint");
-      check_tensor(args.cache, "cache", 3, out_types);
+      check_cache_tensor(args.cache, "cache", out_types);
       break;
     case cache_layout::shuffled:
       require_present(args.cache, "cache",
                       "a tensor [num_blocks, block_size, Dn + Dr] (layout shuffled)");
       require_absent(args.ckv_cache, "ckv_cache", "layout shuffled");
       require_absent(args.kpe_cache, "kpe_cache", "layout shuffled");
-      check_tensor(args.cache, "cache", 3, out_types);
+      check_cache_tensor(args.cache, "cache", out_types);
       if (opt.order != row_order::nope_first)
         throw arg_error("options.order", "nope_first (layout shuffled keeps a block's rope part after its nope part)",
                         std::string(to_string(opt.order)));
@@ -354,6 +382,9 @@ void validate(const op_args& args, bool check_values) {
       require_absent(args.ckv_cache, "ckv_cache", "layout fp8_ds_mla");
       require_absent(args.kpe_cache, "kpe_cache", "layout fp8_ds_mla");
       check_tensor(args.cache, "cache", 3, {dtype::u8});
+      // one kv head per entry (vLLM's record)
+      if (args.kv_c.rank == 3 && args.kv_c.shape[1] != 1)
+        throw arg_error("kv_c.shape[1]", "1 (layout fp8_ds_mla: one kv head per entry)", std::to_string(args.kv_c.shape[1]));
       // the rope part keeps k_pe's 16-bit values (vLLM's kernel takes bf16 or f16 inputs)
       if (args.k_pe.type != dtype::bf16 && args.k_pe.type != dtype::f16)
         throw arg_error("k_pe.dtype", "bf16 or f16 (layout fp8_ds_mla stores the rope part in k_pe's 16-bit dtype)",
@@ -366,8 +397,11 @@ void validate(const op_args& args, bool check_values) {
       require_absent(args.cache, "cache", "layout split");
       require_present(args.ckv_cache, "ckv_cache", "a tensor [num_blocks, block_size, Dn] (layout split)");
       require_present(args.kpe_cache, "kpe_cache", "a tensor [num_blocks, block_size, Dr] (layout split)");
-      check_tensor(args.ckv_cache, "ckv_cache", 3, out_types);
-      check_tensor(args.kpe_cache, "kpe_cache", 3, out_types);
+      check_cache_tensor(args.ckv_cache, "ckv_cache", out_types);
+      check_cache_tensor(args.kpe_cache, "kpe_cache", out_types);
+      if (args.kpe_cache.rank != args.ckv_cache.rank)
+        throw arg_error("kpe_cache", fmt::format("rank {} (ckv_cache's)", args.ckv_cache.rank),
+                        "rank " + std::to_string(args.kpe_cache.rank) + " " + view_shape(args.kpe_cache));
       check_same_dtype(args.kpe_cache, "kpe_cache", args.ckv_cache, "ckv_cache");
       break;
     default:
@@ -391,7 +425,11 @@ void validate(const op_args& args, bool check_values) {
     check_same_dtype(args.q_nope_zeros_out, "q_nope_zeros_out", args.q_nope, "q_nope");
   }
   if (args.k_pe_out.present()) {
-    check_tensor(args.k_pe_out, "k_pe_out", 2, in_types);
+    if (args.k_pe_out.rank != args.k_pe.rank)
+      throw arg_error("k_pe_out", fmt::format("rank {} (k_pe's: {})", args.k_pe.rank,
+                                              args.k_pe.rank == 3 ? "[Tk, KH, Dr]" : "[Tk, Dr]"),
+                      "rank " + std::to_string(args.k_pe_out.rank) + " " + view_shape(args.k_pe_out));
+    check_tensor(args.k_pe_out, "k_pe_out", args.k_pe_out.rank, in_types);
     check_same_dtype(args.k_pe_out, "k_pe_out", args.k_pe, "k_pe");
   }
 
@@ -412,8 +450,19 @@ void validate(const op_args& args, bool check_values) {
   if (dn <= 0) throw arg_error("q_nope.shape[2]", "Dn > 0", std::to_string(dn));
   check_shape(args.q_pe, "q_pe", {tq, heads, args.q_pe.shape[2]});
   if (dr <= 0 || dr % 2 != 0) throw arg_error("q_pe.shape[2]", "Dr even and > 0", std::to_string(dr));
-  check_shape(args.kv_c, "kv_c", {tk, dn});
-  check_shape(args.k_pe, "k_pe", {tk, dr});
+  // kv heads: KH > 0 and a divisor of H (each kv head serves H / KH q heads)
+  const bool kv3 = args.kv_c.rank == 3;
+  const int64_t kh = kv3 ? args.kv_c.shape[1] : 1;
+  if (kh <= 0) throw arg_error("kv_c.shape[1]", "KH > 0", std::to_string(kh));
+  if (heads % kh != 0)
+    throw arg_error("kv_c.shape[1]", fmt::format("a divisor of H = {} (q_nope.shape[1])", heads), std::to_string(kh));
+  if (kv3) {
+    check_shape(args.kv_c, "kv_c", {tk, kh, dn});
+    check_shape(args.k_pe, "k_pe", {tk, kh, dr});
+  } else {
+    check_shape(args.kv_c, "kv_c", {tk, dn});
+    check_shape(args.k_pe, "k_pe", {tk, dr});
+  }
   check_shape(args.positions, "positions", {tk});
   int64_t row_width = 0;
   if (__builtin_add_overflow(dn, dr, &row_width)) {
@@ -451,7 +500,34 @@ void validate(const op_args& args, bool check_values) {
     }
     check_shape(args.q_nope_zeros_out, "q_nope_zeros_out", {n, heads, dn});
   }
-  if (args.k_pe_out.present()) check_shape(args.k_pe_out, "k_pe_out", {tk, dr});
+  if (args.k_pe_out.present()) {
+    if (kv3) check_shape(args.k_pe_out, "k_pe_out", {tk, kh, dr});
+    else check_shape(args.k_pe_out, "k_pe_out", {tk, dr});
+  }
+
+  // The caches' head dimension: rank 4 [num_blocks, KH, block_size, D] with KH kv_c's, or rank 3
+  // (one head) when KH = 1. Layout fp8_ds_mla holds one head (vLLM's record).
+  if (opt.layout == cache_layout::fp8_ds_mla && kh != 1)
+    throw arg_error("kv_c.shape[1]", "1 (layout fp8_ds_mla: one kv head per entry)", std::to_string(kh));
+  for (const named_view& nv : {named_view{"cache", &args.cache}, named_view{"ckv_cache", &args.ckv_cache},
+                               named_view{"kpe_cache", &args.kpe_cache}}) {
+    const tensor_view& c = *nv.view;
+    if (!c.present()) continue;
+    if (c.rank == 4 && c.shape[1] != kh)
+      throw arg_error(fmt::format("{}.shape[1]", nv.name), fmt::format("{} (KH, kv heads of kv_c)", kh),
+                      std::to_string(c.shape[1]));
+    if (c.rank == 3 && kh != 1)
+      throw arg_error(nv.name, fmt::format("rank 4 [num_blocks, KH = {}, block_size, D] (kv_c has {} kv heads)", kh, kh),
+                      "rank 3 " + view_shape(c));
+  }
+  // A cache's dims in rank-3 terms: entry dimension e (1 or 2) and its stride.
+  auto cache_dims = [](const tensor_view& c, int64_t kvh, int64_t width) {
+    std::vector<int64_t> d = {c.shape[0]};
+    if (c.rank == 4) d.push_back(kvh);
+    d.push_back(c.shape[cache_entry_dim(c)]);
+    d.push_back(width);
+    return d;
+  };
 
   int64_t table_rows = 0;
   if (table_one) {
@@ -466,10 +542,12 @@ void validate(const op_args& args, bool check_values) {
   }
 
   if (opt.layout == cache_layout::joint) {
-    const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
-    if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
-    check_shape(args.cache, "cache", {nb, bs, row_width});
-    check_cache_entries(args.cache, "cache");
+    const int e = cache_entry_dim(args.cache);
+    const int64_t bs = args.cache.shape[e];
+    if (bs <= 0) throw arg_error(fmt::format("cache.shape[{}]", e), "block_size > 0", std::to_string(bs));
+    check_shape(args.cache, "cache", cache_dims(args.cache, kh, row_width));
+    if (args.cache.rank == 4) check_cache_rows(args.cache, "cache");
+    else check_cache_entries(args.cache, "cache");
   } else if (opt.layout == cache_layout::fp8_ds_mla) {
     const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
     if (bs <= 0) throw arg_error("cache.shape[1]", "block_size > 0", std::to_string(bs));
@@ -491,11 +569,12 @@ void validate(const op_args& args, bool check_values) {
                       fmt::format("{}", args.cache.data));
     check_cache_entries(args.cache, "cache");
   } else if (opt.layout == cache_layout::shuffled) {
-    const int64_t nb = args.cache.shape[0], bs = args.cache.shape[1];
+    const int e = cache_entry_dim(args.cache);
+    const int64_t bs = args.cache.shape[e];
     if (bs <= 0 || bs % shuffled_tile_tokens != 0)
-      throw arg_error("cache.shape[1]", "block_size a multiple of 16 (layout shuffled: 16-token tiles)",
+      throw arg_error(fmt::format("cache.shape[{}]", e), "block_size a multiple of 16 (layout shuffled: 16-token tiles)",
                       std::to_string(bs));
-    check_shape(args.cache, "cache", {nb, bs, row_width});
+    check_shape(args.cache, "cache", cache_dims(args.cache, kh, row_width));
     const int64_t run = shuffled_run_elems(static_cast<int64_t>(dtype_size_bytes(args.cache.type)));
     for (const auto& [arg, name, width] :
          {std::tuple{"q_nope.shape[2]", "Dn", dn}, std::tuple{"q_pe.shape[2]", "Dr", dr}}) {
@@ -504,18 +583,25 @@ void validate(const op_args& args, bool check_values) {
                                          dtype_name(args.cache.type)),
                         std::to_string(width));
     }
-    if (args.cache.strides_elems[1] != row_width)
-      throw arg_error("cache.strides[1]",
+    if (args.cache.strides_elems[e] != row_width)
+      throw arg_error(fmt::format("cache.strides[{}]", e),
                       fmt::format("{} (Dn + Dr: layout shuffled packs a block, no entry padding)", row_width),
-                      std::to_string(args.cache.strides_elems[1]));
-    check_cache_entries(args.cache, "cache");
+                      std::to_string(args.cache.strides_elems[e]));
+    if (args.cache.rank == 4) check_cache_rows(args.cache, "cache");
+    else check_cache_entries(args.cache, "cache");
   } else {
-    const int64_t nb = args.ckv_cache.shape[0], bs = args.ckv_cache.shape[1];
-    if (bs <= 0) throw arg_error("ckv_cache.shape[1]", "block_size > 0", std::to_string(bs));
-    check_shape(args.ckv_cache, "ckv_cache", {nb, bs, dn});
-    check_shape(args.kpe_cache, "kpe_cache", {nb, bs, dr});
-    check_cache_entries(args.ckv_cache, "ckv_cache");
-    check_cache_entries(args.kpe_cache, "kpe_cache");
+    const int e = cache_entry_dim(args.ckv_cache);
+    const int64_t nb = args.ckv_cache.shape[0], bs = args.ckv_cache.shape[e];
+    if (bs <= 0) throw arg_error(fmt::format("ckv_cache.shape[{}]", e), "block_size > 0", std::to_string(bs));
+    check_shape(args.ckv_cache, "ckv_cache", cache_dims(args.ckv_cache, kh, dn));
+    std::vector<int64_t> kpe_dims = cache_dims(args.kpe_cache, kh, dr);
+    kpe_dims[0] = nb;
+    kpe_dims[static_cast<size_t>(e)] = bs;
+    check_shape(args.kpe_cache, "kpe_cache", kpe_dims);
+    for (const named_view& nv : {named_view{"ckv_cache", &args.ckv_cache}, named_view{"kpe_cache", &args.kpe_cache}}) {
+      if (nv.view->rank == 4) check_cache_rows(*nv.view, nv.name);
+      else check_cache_entries(*nv.view, nv.name);
+    }
   }
 
   // --- outputs must not overlap each other or any input. The in-place q_pe / k_pe are outputs

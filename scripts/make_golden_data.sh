@@ -36,4 +36,5 @@ scale-tensors-fp8           tq=3 ts=4 tk=4 h=8 dn=128 p=128 bs=16 nb=1 cache=fp8
 decode-outputs-bf16         tq=4 ts=6 tk=7 h=16 p=256 bs=16 nb=1 pad_slots=2 pad_at=spread pad_q=skipped dec_out=qzk dec=3 rope_table=deepseek-v3 seed=44
 ds-mla-v32-pow2             tq=4 ts=6 tk=6 h=16 p=256 bs=64 nb=1 layout=fp8_ds_mla cache=u8 ds_scale=pow2 pad_slots=1 pad_at=middle amp=20 rope_table=deepseek-v3 seed=45
 ds-mla-v32-amax-f16         tq=3 ts=4 tk=5 h=8 p=256 bs=16 nb=2 in=f16 table_dtype=f32 layout=fp8_ds_mla cache=u8 ds_scale=amax entry_pad=16 block_pad=64 amp=300 rope_table=deepseek-v3 seed=46
+kv-heads-aiter              tq=4 ts=5 tk=6 h=16 kh=4 dn=128 p=256 bs=16 nb=2 layout=shuffled block_pad=32 pad_slots=1 pad_at=middle inplace_k=1 dec_out=k rope_table=deepseek-v3 seed=47
 CASES

@@ -283,7 +283,8 @@ void reference_run(const op_args& args) {
                    sz.dr * q_pe_raw.elem_bytes);
   };
 
-  // One work item per (token t, row j): j < H is q head j, j == H is the token's k row. Items
+  // One work item per (token t, row j): j < H is q head j, j >= H is the token's k row of kv
+  // head j - H (KH of them: core/SPEC.md, each written into its own head of the cache). Items
   // are independent (distinct output rows; distinct cache entries since written slots are
   // unique), so threads share them at any Ts; dynamic chunks keep a preempted thread (shared
   // machine) from holding the others at the final barrier. Chunks of 256 items (~15 tokens at
@@ -295,7 +296,7 @@ void reference_run(const op_args& args) {
     scratch_rows s(sz);
 #pragma omp for schedule(dynamic, 256) collapse(2) nowait
     for (int64_t t = 0; t < ts; ++t) {
-      for (int64_t j = 0; j <= sz.heads; ++j) {
+      for (int64_t j = 0; j < sz.heads + sz.kv_heads; ++j) {
         if (j == 0 && t + 1 < ts) prefetch_table_row(t + 1);
         const int64_t slot = slot_mapping[t];
         const bool write_cache = slot >= 0;
@@ -332,19 +333,20 @@ void reference_run(const op_args& args) {
           }
         }
 
-        if (j == sz.heads && write_cache) {  // cache entry slot = [kv_c[t] | rope(k_pe[t])]
+        if (j >= sz.heads && write_cache) {  // entry (slot, head kh) = [kv_c[t, kh] | rope(k_pe[t, kh])]
+          const int64_t kh = j - sz.heads;
           load_table_row(t, s);
-          const int64_t kpe_off = t * args.k_pe.strides_elems[0];
+          const int64_t kpe_off = t * args.k_pe.strides_elems[0] + kh * k_row_head_stride(args.k_pe);
           decode_row_to_f32(args.k_pe.type, k_pe_raw.at(kpe_off), s.x.data(), sz.dr);
           rope_row(opt.style, sz.dr, s.x.data(), s.cos_row.data(), s.sin_row.data(), s.rot.data());
-          const uint8_t* kv_row = kv_c_raw.at(t * args.kv_c.strides_elems[0]);
+          const uint8_t* kv_row = kv_c_raw.at(t * args.kv_c.strides_elems[0] + kh * k_row_head_stride(args.kv_c));
           if (map.layout == cache_layout::fp8_ds_mla) {
             write_ds_mla_entry(args.kv_c.type, kv_row, s.rot.data(), args.k_pe.type, opt.tile_scale,
                                nope_cache_raw.at(map.entry_offset_bytes(slot)), s);
           } else if (map.run_elems == 0) {  // a part's features are contiguous (innermost stride 1)
-            k_rule.write_nope(args.kv_c.type, kv_row, nope_cache_raw.at(map.nope_offset_elems(slot, 0)),
+            k_rule.write_nope(args.kv_c.type, kv_row, nope_cache_raw.at(map.nope_offset_elems(slot, kh, 0)),
                               sz.dn, s);
-            k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, 0)), sz.dr, s);
+            k_rule.write_rope(s.rot.data(), rope_cache_raw.at(map.rope_offset_elems(slot, kh, 0)), sz.dr, s);
           } else {  // shuffled: each part rounded whole into s.entry, then stored run by run
             const int64_t run = map.run_elems, eb = nope_cache_raw.elem_bytes;
             auto store_runs = [&](const raw_view& part, int64_t n, auto offset_of) {
@@ -352,9 +354,9 @@ void reference_run(const op_args& args) {
                 std::memcpy(part.at(offset_of(d)), s.entry.data() + d * eb, static_cast<size_t>(run * eb));
             };
             k_rule.write_nope(args.kv_c.type, kv_row, s.entry.data(), sz.dn, s);
-            store_runs(nope_cache_raw, sz.dn, [&](int64_t d) { return map.nope_offset_elems(slot, d); });
+            store_runs(nope_cache_raw, sz.dn, [&](int64_t d) { return map.nope_offset_elems(slot, kh, d); });
             k_rule.write_rope(s.rot.data(), s.entry.data(), sz.dr, s);
-            store_runs(rope_cache_raw, sz.dr, [&](int64_t d) { return map.rope_offset_elems(slot, d); });
+            store_runs(rope_cache_raw, sz.dr, [&](int64_t d) { return map.rope_offset_elems(slot, kh, d); });
           }
           if (opt.inplace_k) {
             encode_row_from_f64(args.k_pe.type, s.rot.data(), k_pe_raw.at(kpe_off), sz.dr,
@@ -362,7 +364,9 @@ void reference_run(const op_args& args) {
           }
           if (args.k_pe_out.present()) {  // the rows inplace_k writes, into k_pe_out
             encode_row_from_f64(args.k_pe_out.type, s.rot.data(),
-                                k_pe_out_raw.at(t * args.k_pe_out.strides_elems[0]), sz.dr, overflow_mode::ieee);
+                                k_pe_out_raw.at(t * args.k_pe_out.strides_elems[0] +
+                                                kh * k_row_head_stride(args.k_pe_out)),
+                                sz.dr, overflow_mode::ieee);
           }
         }
       }

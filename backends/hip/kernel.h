@@ -236,6 +236,8 @@ struct rk_paged_part {
   int64_t block_stride_elems;
   int64_t entry_stride_elems;
   int64_t tile_stride_elems;   // between 16-entry tiles of a block
+  int64_t head_stride_elems;   // between kv heads (rank-4 caches; 0 with one head): the general
+                               // body's rk_write_cache only (launch_plan.h keeps KH > 1 off v3/v4)
 };
 struct rk_paged_cache {
   rk_paged_part nope;          // Dn features
@@ -294,10 +296,14 @@ struct rk_params {
   int64_t q_nope_s0, q_nope_s1;
   char* q_pe;          // [Tq, H, Dr] (written when inplace_q)
   int64_t q_pe_s0, q_pe_s1;
-  const char* kv_c;    // [Tk, Dn]
+  const char* kv_c;    // [Tk, Dn] or [Tk, KH, Dn]
   int64_t kv_c_s0;
-  char* k_pe;          // [Tk, Dr] (written when inplace_k)
+  char* k_pe;          // [Tk, Dr] or [Tk, KH, Dr] (written when inplace_k)
   int64_t k_pe_s0;
+  // kv heads (core/SPEC.md): KH, and the head strides of kv_c, k_pe, k_pe_out (0 for rank 2).
+  // The general body writes every head's entry (rk_write_cache); the fast bodies take KH = 1 only.
+  int64_t kv_heads;
+  int64_t kv_c_s1, k_pe_s1, k_pe_out_s1;
   int32_t q_dtype, k_dtype;
   const char* positions;  // [Tk] i32|i64
   int64_t positions_s0;
@@ -635,9 +641,9 @@ ROPEKV_DEVICE void rk_write_ds_mla_entry(const rk_params& p, int64_t t, int64_t 
   }
 }
 
-// The cache entry of token t (and k_pe in place): one row, any dtypes (nope chunks vectorised
-// when aligned, rope pairs scalar).
-ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, const char* cos_row,
+// The cache entry of token t, kv head kh (and k_pe in place): one row, any dtypes (nope chunks
+// vectorised when aligned, rope pairs scalar).
+ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t kh, int64_t slot, const char* cos_row,
                                   const char* sin_row) {
   const int64_t half = p.dr / 2;
   const int64_t tid = static_cast<int64_t>(threadIdx.x);
@@ -646,14 +652,14 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t slot, c
   const int64_t nope_chunks = rk_num_chunks(p.dn, vec);
   const int64_t units = nope_chunks + half;
   const int k_sz = rk_size_bytes(p.k_dtype), c_sz = rk_size_bytes(p.cache.dtype);
-  char* nope_dst = p.cache.entry(p.cache.nope, slot);
-  char* rope_dst = p.cache.entry(p.cache.rope, slot);
-  const char* kv_row = p.kv_c + t * p.kv_c_s0 * k_sz;
-  char* kpe_row = p.k_pe + t * p.k_pe_s0 * k_sz;
+  char* nope_dst = p.cache.entry(p.cache.nope, slot) + kh * p.cache.nope.head_stride_elems * c_sz;
+  char* rope_dst = p.cache.entry(p.cache.rope, slot) + kh * p.cache.rope.head_stride_elems * c_sz;
+  const char* kv_row = p.kv_c + (t * p.kv_c_s0 + kh * p.kv_c_s1) * k_sz;
+  char* kpe_row = p.k_pe + (t * p.k_pe_s0 + kh * p.k_pe_s1) * k_sz;
   const bool ok = rk_aligned(kv_row, vec * k_sz) && rk_aligned(nope_dst, vec * c_sz);
   const rk_side_scale ks = rk_k_scale(p);
   // decode output k_pe_out: the rows the cache gets (core/SPEC.md "Decode outputs")
-  char* kpe_out_row = p.k_pe_out != nullptr ? p.k_pe_out + t * p.k_pe_out_s0 * k_sz : nullptr;
+  char* kpe_out_row = p.k_pe_out != nullptr ? p.k_pe_out + (t * p.k_pe_out_s0 + kh * p.k_pe_out_s1) * k_sz : nullptr;
   for (int64_t u = tid; u < units; u += nthreads) {
     if (u < nope_chunks) {
       rk_copy_chunk(kv_row, p.k_dtype, p.cache.feature(nope_dst, u * vec), p.cache.dtype, p.dn, u,
@@ -1541,7 +1547,7 @@ ROPEKV_DEVICE void rk_fused_body(const rk_params& p) {
     if (p.ds_mla) {
       rk_write_ds_mla_entry(p, t, slot, cos_row, sin_row);
     } else {
-      rk_write_cache(p, t, slot, cos_row, sin_row);
+      for (int64_t kh = 0; kh < p.kv_heads; ++kh) rk_write_cache(p, t, kh, slot, cos_row, sin_row);
     }
   }
 }

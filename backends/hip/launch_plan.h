@@ -135,6 +135,7 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
   if (ov.force_general) return "forced general";
   if (ov.no_v3) return "v3 disabled";
+  if (p.kv_heads != 1) return "kv heads > 1";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
   std::string why = rk_fast_q_dtype_refusal(p);
   if (!why.empty()) return why;
@@ -296,6 +297,10 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   p.kv_c_s0 = a.kv_c.strides_elems[0];
   p.k_pe = static_cast<char*>(a.k_pe.data);
   p.k_pe_s0 = a.k_pe.strides_elems[0];
+  // kv heads: [Tk, KH, D] rows (rank 3) and [num_blocks, KH, block_size, D] caches (rank 4)
+  p.kv_heads = s.kv_heads;
+  p.kv_c_s1 = a.kv_c.rank == 3 ? a.kv_c.strides_elems[1] : 0;
+  p.k_pe_s1 = a.k_pe.rank == 3 ? a.k_pe.strides_elems[1] : 0;
   p.positions = static_cast<const char*>(a.positions.data);
   p.positions_s0 = a.positions.strides_elems[0];
   p.positions_i64 = a.positions.type == dtype::i64;
@@ -321,6 +326,9 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   // cache parts
   rk_paged_cache& c = p.cache;
   c.block_size = s.block_size;
+  // A rank-4 cache [num_blocks, KH, block_size, D]: entry dimension 2, head dimension 1.
+  auto head_stride = [](const ropekv::tensor_view& v) { return v.rank == 4 ? v.strides_elems[1] : int64_t{0}; };
+  auto entry_stride = [](const ropekv::tensor_view& v) { return v.strides_elems[v.rank == 4 ? 2 : 1]; };
   c.num_slots = s.num_blocks * s.block_size;
   // rows: feature d at d (kernel.h rk_paged_part)
   c.run_shift = 62;
@@ -333,16 +341,18 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       const int64_t sz = rk_size_bytes(c.dtype);
       char* base = static_cast<char*>(a.cache.data);
       const bool nope_first = a.options.order == ropekv::row_order::nope_first;
-      const int64_t bst = a.cache.strides_elems[0], est = a.cache.strides_elems[1];
-      c.nope = {base + (nope_first ? 0 : s.dr) * sz, bst, est, 16 * est};
-      c.rope = {base + (nope_first ? s.dn : 0) * sz, bst, est, 16 * est};
+      const int64_t bst = a.cache.strides_elems[0], est = entry_stride(a.cache), hst = head_stride(a.cache);
+      c.nope = {base + (nope_first ? 0 : s.dr) * sz, bst, est, 16 * est, hst};
+      c.rope = {base + (nope_first ? s.dn : 0) * sz, bst, est, 16 * est, hst};
       break;
     }
     case ropekv::cache_layout::split: {
       c.dtype = rk_dtype_of(a.ckv_cache.type, "ckv_cache");
-      const int64_t nest = a.ckv_cache.strides_elems[1], rest = a.kpe_cache.strides_elems[1];
-      c.nope = {static_cast<char*>(a.ckv_cache.data), a.ckv_cache.strides_elems[0], nest, 16 * nest};
-      c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0], rest, 16 * rest};
+      const int64_t nest = entry_stride(a.ckv_cache), rest = entry_stride(a.kpe_cache);
+      c.nope = {static_cast<char*>(a.ckv_cache.data), a.ckv_cache.strides_elems[0], nest, 16 * nest,
+                head_stride(a.ckv_cache)};
+      c.rope = {static_cast<char*>(a.kpe_cache.data), a.kpe_cache.strides_elems[0], rest, 16 * rest,
+                head_stride(a.kpe_cache)};
       break;
     }
     case ropekv::cache_layout::fp8_ds_mla: {
@@ -351,7 +361,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       c.dtype = rk_e4m3fn;
       char* base = static_cast<char*>(a.cache.data);
       const int64_t bst = a.cache.strides_elems[0], est = a.cache.strides_elems[1];
-      c.nope = {base, bst, est, 16 * est};
+      c.nope = {base, bst, est, 16 * est, 0};
       c.rope = c.nope;
       p.ds_mla = 1;
       p.ds_pow2 = a.options.tile_scale == ropekv::ds_scale::pow2;
@@ -364,8 +374,9 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
       const int64_t sz = rk_size_bytes(c.dtype), w = 16 / sz;
       char* base = static_cast<char*>(a.cache.data);
       const int64_t bst = a.cache.strides_elems[0];
-      c.nope = {base, bst, w, 16 * s.dn};
-      c.rope = {base + s.block_size * s.dn * sz, bst, w, 16 * s.dr};
+      const int64_t hst = head_stride(a.cache);  // one (block, head) pair: the tiled run of a block
+      c.nope = {base, bst, w, 16 * s.dn, hst};
+      c.rope = {base + s.block_size * s.dn * sz, bst, w, 16 * s.dr, hst};
       c.run_shift = 0;
       while ((int64_t{1} << c.run_shift) < w) ++c.run_shift;
       c.run_stride_elems = 16 * w;
@@ -410,6 +421,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
   if (a.k_pe_out.present()) {
     p.k_pe_out = static_cast<char*>(a.k_pe_out.data);
     p.k_pe_out_s0 = a.k_pe_out.strides_elems[0];
+    p.k_pe_out_s1 = a.k_pe_out.rank == 3 ? a.k_pe_out.strides_elems[1] : 0;
   }
   p.num_decode = ropekv::num_decode_tokens(a);
   const rk_variant_override& ov = rk_variant_overrides();

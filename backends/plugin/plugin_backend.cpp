@@ -166,6 +166,11 @@ class plugin_backend final : public backend {
       // The plugin ABI has no layout code for it (nor a field for its tile scale rule).
       return "not supported: the fp8_ds_mla cache layout";
     }
+    if (args.kv_c.rank == 3 || args.cache.rank == 4 || args.ckv_cache.rank == 4 || args.kpe_cache.rank == 4) {
+      // The plugin ABI documents [Tk, D] k rows and [num_blocks, block_size, D] caches (one kv head).
+      return fmt::format("not supported: kv heads (KH = {}; the plugin ABI takes one kv head: [Tk, D] rows, "
+                         "rank-3 caches)", kv_head_count(args.kv_c));
+    }
     if (has_decode_outputs(args)) {
       // The plugin ABI has no fields for decode_q_pe_out, k_pe_out, q_nope_zeros_out.
       return "not supported: decode outputs";

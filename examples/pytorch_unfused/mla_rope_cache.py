@@ -87,18 +87,24 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
     if p.inplace_q:
         q_pe[qi] = q_rot.to(q_pe.dtype)
 
-    # k: rope, then [kv_c | rope(k_pe)] into the cache entries of the written tokens
+    # k: rope, then [kv_c | rope(k_pe)] into the cache entries of the written tokens. kv heads
+    # (core/SPEC.md "kv heads"): k rows [Tk, KH, D] and caches [nb, KH, bs, D]; one head's rank-2
+    # rows and rank-3 caches are viewed with a head dimension of 1, so one code path serves both.
+    def heads(x, rank):
+        return x if x.dim() == rank else x.unsqueeze(1)
+
+    kv_c, k_pe = heads(kv_c, 3), heads(k_pe, 3)
     ki = torch.nonzero(writes_cache).flatten()
-    k_rot = _rope(k_pe[ki].float(), cos[ki], sin[ki], style)
+    k_rot = _rope(k_pe[ki].float(), cos[ki][:, None, :], sin[ki][:, None, :], style)  # [rows, KH, Dr]
     s = slots[ki] + (1 if bug == "slot_off_by_one" else 0)
     cache_dtype = (t["cache"] if "cache" in t else t["ckv_cache"]).dtype
     if p.layout != "fp8_ds_mla":
         nope = _to_output(kv_c[ki].float(), cache_dtype, p.k_scale, p.scale_conv)
         rope = _to_output(k_rot, cache_dtype, p.k_scale, p.scale_conv)
-    if p.layout == "fp8_ds_mla":  # vLLM's DeepSeek V3.2 entries: e4m3fn tiles, f32 scales, rope
+    if p.layout == "fp8_ds_mla":  # vLLM's DeepSeek V3.2 entries: e4m3fn tiles, f32 scales, rope (one head)
         cache = t["cache"]  # [num_blocks, block_size, 656] uint8
         block, entry = s // cache.shape[1], s % cache.shape[1]
-        x = kv_c[ki].float().reshape(-1, 4, 128)
+        x = kv_c[ki, 0].float().reshape(-1, 4, 128)
         scale = x.abs().amax(dim=-1) / torch.full_like(x[..., 0], 448.0)  # a true fp32 division
         if p.ds_scale == "pow2":  # the smallest power of two >= max(scale, 1e-4)
             mant, exp = torch.frexp(scale.clamp(min=1e-4))
@@ -107,29 +113,30 @@ def mla_rope_cache_concat(t: dict, p, bug: str = "") -> None:
             scale = scale.clamp(min=torch.finfo(torch.float32).tiny)
         q = (x / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
         cache[block, entry] = torch.cat([q.reshape(-1, 512).view(torch.uint8), scale.contiguous().view(torch.uint8),
-                                         k_rot.to(k_pe.dtype).view(torch.uint8)], dim=-1)
+                                         k_rot[:, 0].to(k_pe.dtype).view(torch.uint8)], dim=-1)
     elif p.layout == "joint":
-        cache = t["cache"]
-        block, entry = s // cache.shape[1], s % cache.shape[1]
+        cache = heads(t["cache"], 4)
+        block, entry = s // cache.shape[2], s % cache.shape[2]
         row = torch.cat([nope, rope] if p.order == "nope_first" else [rope, nope], dim=-1)
-        cache[block, entry] = row
-    elif p.layout == "shuffled":  # AITER's 16-entry tiles of 16-byte runs (core/SPEC.md)
-        cache = t["cache"]
-        nb, bs, width = cache.shape
+        cache[block, :, entry] = row  # [rows, KH, Dn + Dr]
+    elif p.layout == "shuffled":  # AITER's 16-entry tiles of 16-byte runs, per (block, head) (core/SPEC.md)
+        cache = heads(t["cache"], 4)
+        nb, kh, bs, width = cache.shape
         w = 16 // cache.element_size()
         block, entry = s // bs, s % bs
-        blocks = cache.as_strided((nb, bs * width), (cache.stride(0), 1))  # each block packed
+        runs = cache.as_strided((nb, kh, bs * width), (cache.stride(0), cache.stride(1), 1))  # each run packed
+        hd = torch.arange(kh)
         for vals, start, d in ((nope, 0, p.dn), (rope, bs * p.dn, p.dr)):
             f = torch.arange(d)
             off = (start + (entry // 16)[:, None] * 16 * d + (f // w)[None, :] * 16 * w +
                    (entry % 16)[:, None] * w + (f % w)[None, :])
-            blocks[block[:, None], off] = vals
+            runs[block[:, None, None], hd[None, :, None], off[:, None, :]] = vals
     else:
-        ckv, kpe = t["ckv_cache"], t["kpe_cache"]
-        block, entry = s // ckv.shape[1], s % ckv.shape[1]
-        ckv[block, entry] = nope
-        kpe[block, entry] = rope
+        ckv, kpe = heads(t["ckv_cache"], 4), heads(t["kpe_cache"], 4)
+        block, entry = s // ckv.shape[2], s % ckv.shape[2]
+        ckv[block, :, entry] = nope
+        kpe[block, :, entry] = rope
     if "k_pe_out" in t:  # the rows the cache gets
-        t["k_pe_out"][ki] = k_rot.to(k_pe.dtype)
+        heads(t["k_pe_out"], 3)[ki] = k_rot.to(k_pe.dtype)
     if p.inplace_k:
         k_pe[ki] = k_rot.to(k_pe.dtype)

@@ -91,7 +91,9 @@ typedef struct ropekv_tensor {
   int32_t reserved; /* 0 */
 } ropekv_tensor;
 
-/* One call of the op (core/SPEC.md notation: Tq, Ts, Tk, H, Dn, Dr, P). */
+/* One call of the op (core/SPEC.md notation: Tq, Ts, Tk, H, Dn, Dr, P). One kv head: calls with
+ * kv heads (core/SPEC.md "kv heads": [Tk, KH, D] k rows, [num_blocks, KH, block_size, D] caches)
+ * never reach a plugin; ropekv reports them as not supported. */
 typedef struct ropekv_plugin_args {
   uint32_t struct_size; /* sizeof(ropekv_plugin_args) of the caller */
   int32_t abi_version;  /* ROPEKV_PLUGIN_ABI_VERSION of the caller */

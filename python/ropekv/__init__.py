@@ -48,10 +48,10 @@ class Unsupported(Exception):
 
 
 # ----------------------------------------------------------------------------------- problems
-_INT_KEYS = {"tq", "ts", "tk", "h", "dn", "dr", "p", "bs", "nb", "inplace_q", "inplace_k",
+_INT_KEYS = {"tq", "ts", "tk", "h", "kh", "dn", "dr", "p", "bs", "nb", "inplace_q", "inplace_k",
              "row_pad", "entry_pad", "block_pad", "table_pad", "pad_slots", "seed", "dec"}
 _FLOAT_KEYS = {"k_scale", "q_scale", "amp"}
-_ALIASES = {"heads": "h", "block_size": "bs", "num_blocks": "nb", "table_rows": "p",
+_ALIASES = {"heads": "h", "kv_heads": "kh", "block_size": "bs", "num_blocks": "nb", "table_rows": "p",
             "in_dtype": "in", "cache_dtype": "cache", "q_out_dtype": "qo"}
 
 

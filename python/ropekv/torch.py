@@ -7,7 +7,9 @@
 
 `shuffled_cache=True` takes `cache` in AITER's shuffled layout (core/SPEC.md). The decode
 outputs (core/SPEC.md "Decode outputs") are optional keyword tensors: `decode_q_pe_out`
-[N, H, Dr], `q_nope_zeros_out` [N, H, Dn] (N <= Tq) and `k_pe_out` [Tk, Dr]. It mutates q_out
+[N, H, Dr], `q_nope_zeros_out` [N, H, Dn] (N <= Tq) and `k_pe_out` [Tk, (KH,) Dr]. KH kv heads
+(core/SPEC.md "kv heads", AITER's form): kv_c / k_pe [Tk, KH, D] and caches [num_blocks, KH,
+block_size, D], read off the tensors' shapes. It mutates q_out
 and the cache(s) (and q_pe / k_pe with inplace_q / inplace_k, and the decode outputs given),
 declared in its schema; returns nothing. CPU tensors run the reference; CUDA / ROCm tensors run ropekv's GPU
 kernel when the package was built with it (`pip install . -C cmake.define.ROPEKV_GPU=nvidia`):
@@ -79,17 +81,17 @@ def _run(tensors: dict, k_scale: float, q_scale: float, style: str, order: str, 
                                        "decode_q_pe_out", "k_pe_out", "q_nope_zeros_out"))
 def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           q_pe: torch.Tensor,              # [Tq, H, Dr] (written with inplace_q)
-                          kv_c: torch.Tensor,              # [Tk, Dn]
-                          k_pe: torch.Tensor,              # [Tk, Dr] (written with inplace_k)
+                          kv_c: torch.Tensor,              # [Tk, Dn] or [Tk, KH, Dn]
+                          k_pe: torch.Tensor,              # [Tk, (KH,) Dr] (written with inplace_k)
                           positions: torch.Tensor,         # [Tk] int32 | int64
                           slot_mapping: torch.Tensor,      # [Ts] int32 | int64, < 0: padding
                           cos_sin: Optional[torch.Tensor],  # [P, Dr]: Dr/2 cos then Dr/2 sin
                           cos: Optional[torch.Tensor],     # [P, Dr/2] (with sin, instead of cos_sin)
                           sin: Optional[torch.Tensor],     # [P, Dr/2]
                           q_out: torch.Tensor,             # [Tq, H, Dn + Dr]
-                          cache: Optional[torch.Tensor],   # [num_blocks, block_size, Dn + Dr] (joint, shuffled)
-                          ckv_cache: Optional[torch.Tensor],  # [num_blocks, block_size, Dn] (split)
-                          kpe_cache: Optional[torch.Tensor],  # [num_blocks, block_size, Dr] (split)
+                          cache: Optional[torch.Tensor],   # [num_blocks, (KH,) block_size, Dn + Dr] (joint, shuffled)
+                          ckv_cache: Optional[torch.Tensor],  # [num_blocks, (KH,) block_size, Dn] (split)
+                          kpe_cache: Optional[torch.Tensor],  # [num_blocks, (KH,) block_size, Dr] (split)
                           k_scale: float = 1.0, q_scale: float = 1.0, style: str = "gptj",
                           order: str = "nope_first", scale_conv: str = "divide",
                           pad_q: str = "computed", pos_oob: str = "error",
@@ -98,7 +100,7 @@ def mla_rope_cache_concat(q_nope: torch.Tensor,            # [Tq, H, Dn]
                           k_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: k_scale read at run time
                           q_scale_tensor: Optional[torch.Tensor] = None,  # [1] float32: q_scale read at run time
                           decode_q_pe_out: Optional[torch.Tensor] = None,   # [N, H, Dr] q_pe's dtype, N <= Tq
-                          k_pe_out: Optional[torch.Tensor] = None,          # [Tk, Dr] k_pe's dtype
+                          k_pe_out: Optional[torch.Tensor] = None,          # [Tk, (KH,) Dr] k_pe's dtype
                           q_nope_zeros_out: Optional[torch.Tensor] = None,  # [N, H, Dn] q_nope's dtype
                           ) -> None:
     tensors = dict(zip(_NAMES, (q_nope, q_pe, kv_c, k_pe, positions, slot_mapping, cos_sin, cos, sin,

@@ -85,6 +85,18 @@ void decode_outputs(problem& p) {
   p.dec_q_pe = p.dec_zeros = p.dec_k_pe = true;
   p.dec_tokens = 2;
 }
+// Two kv heads (core/SPEC.md "kv heads"): kv_c [5, 2, 32], k_pe [5, 2, 16], cache [4, 2, 4, 48]
+// (seed 7: vLLM's memory order, heads inner: strides [384, 48, 96, 1]).
+void kv_heads(problem& p) { p.kv_heads = 2; }
+void kv_heads_split(problem& p) {
+  kv_heads(p);
+  split(p);
+}
+// ... with k_pe_out [5, 2, 16]
+void kv_heads_k_pe_out(problem& p) {
+  kv_heads(p);
+  p.dec_k_pe = true;
+}
 void set_f32(const tensor_view& v, float x) { std::memcpy(v.data, &x, sizeof x); }
 
 uint8_t* buf(case_data& c, const char* name) { return c.buffers.at(name).data(); }
@@ -141,9 +153,11 @@ std::vector<bad_case> catalog() {
       {"q_nope rank 2", nullptr,
        [](C&, A& a) { a.q_nope = make_view(a.q_nope.type, a.q_nope.data, {tq * heads, dn}); },
        "q_nope", "expected rank 3, got rank 2 [12, 32]"},
-      {"cache rank 4", nullptr,
+      {"cache rank 4 with 4 kv heads, kv_c with 1", nullptr,
        [](C&, A& a) { a.cache = make_view(a.cache.type, a.cache.data, {nb, bs, 1, dn + dr}); },
-       "cache", "expected rank 3, got rank 4 [4, 4, 1, 48]"},
+       "cache.shape[1]", "expected 1 (KH, kv heads of kv_c), got 4"},
+      {"cache rank 2", nullptr, [](C&, A& a) { a.cache = make_view(a.cache.type, a.cache.data, {nb * bs, dn + dr}); },
+       "cache", "expected rank 3 [num_blocks, block_size, D] or 4 [num_blocks, KH, block_size, D], got rank 2 [16, 48]"},
       {"slot_mapping rank 2", nullptr,
        [](C&, A& a) { a.slot_mapping = make_view(a.slot_mapping.type, a.slot_mapping.data, {2, 2}); },
        "slot_mapping", "expected rank 1, got rank 2 [2, 2]"},
@@ -455,6 +469,41 @@ std::vector<bad_case> catalog() {
       {"fp8_ds_mla: split caches given instead", ds_mla,
        [](C& c, A& a) { a.ckv_cache = make_view(dtype::u8, buf(c, "cache"), {4, 4, 512}, {4 * 656, 656, 1}); },
        "ckv_cache", "expected absent (layout fp8_ds_mla), got a tensor [4, 4, 512]"},
+      // --- kv heads (KH > 1: [Tk, KH, D] k rows, [nb, KH, bs, D] caches: core/SPEC.md)
+      {"kv heads: KH = 3 does not divide H = 4", kv_heads,
+       [](C&, A& a) { a.kv_c.shape[1] = a.k_pe.shape[1] = 3; },
+       "kv_c.shape[1]", "expected a divisor of H = 4 (q_nope.shape[1]), got 3"},
+      {"kv heads: k_pe with 1 head, kv_c with 2", kv_heads, [](C&, A& a) { a.k_pe.shape[1] = 1; },
+       "k_pe.shape[1]", "expected [5, 2, 16], got [5, 1, 16]"},
+      {"kv heads: k_pe of rank 2, kv_c of rank 3", kv_heads,
+       [](C&, A& a) { a.k_pe = make_view(a.k_pe.type, a.k_pe.data, {tk, dr}, {a.k_pe.strides_elems[0], 1}); },
+       "k_pe", "expected rank 3 (kv_c's: [Tk, KH, Dr]), got rank 2 [5, 16]"},
+      {"kv heads: cache with 1 head, kv_c with 2", kv_heads, [](C&, A& a) { a.cache.shape[1] = 1; },
+       "cache.shape[1]", "expected 2 (KH, kv heads of kv_c), got 1"},
+      {"kv heads: rank-3 cache with KH = 2", kv_heads,
+       [](C&, A& a) {
+         a.cache = make_view(a.cache.type, a.cache.data, {nb, bs, dn + dr}, {a.cache.strides_elems[0], a.cache.strides_elems[2], 1});
+       },
+       "cache", "expected rank 4 [num_blocks, KH = 2, block_size, D] (kv_c has 2 kv heads), got rank 3 [4, 4, 48]"},
+      {"kv heads: split, kpe_cache with 1 head", kv_heads_split, [](C&, A& a) { a.kpe_cache.shape[1] = 1; },
+       "kpe_cache.shape[1]", "expected 2 (KH, kv heads of kv_c), got 1"},
+      {"kv heads: fp8_ds_mla with kv_c of 2 heads", ds_mla,
+       [](C&, A& a) {
+         a.kv_c = make_view(a.kv_c.type, a.kv_c.data, {tk, 2, 256}, {a.kv_c.strides_elems[0], 256, 1});
+         a.k_pe = make_view(a.k_pe.type, a.k_pe.data, {tk, 2, 32}, {a.k_pe.strides_elems[0], 32, 1});
+       },
+       "kv_c.shape[1]", "expected 1 (layout fp8_ds_mla: one kv head per entry), got 2"},
+      {"kv heads: k_pe_out with 1 head, k_pe with 2", kv_heads_k_pe_out, [](C&, A& a) { a.k_pe_out.shape[1] = 1; },
+       "k_pe_out.shape[1]", "expected [5, 2, 16], got [5, 1, 16]"},
+      {"kv heads: k_pe_out of rank 2", kv_heads_k_pe_out,
+       [](C&, A& a) { a.k_pe_out = make_view(a.k_pe_out.type, a.k_pe_out.data, {tk, dr}, {2 * dr, 1}); },
+       "k_pe_out", "expected rank 3 (k_pe's: [Tk, KH, Dr]), got rank 2 [5, 16]"},
+      {"kv heads: cache head stride overlapping rows", kv_heads,
+       [](C&, A& a) { a.cache.strides_elems[1] = (dn + dr) / 2; },
+       "cache.strides[1]", "expected >= 48 (span of dims 3: an output must not alias itself), got 24"},
+      {"kv heads: split, kpe_cache heads on one row", kv_heads_split,
+       [](C&, A& a) { a.kpe_cache.strides_elems[1] = 0; },
+       "kpe_cache.strides[1]", "expected >= 16 (span of dims 3: an output must not alias itself), got 0"},
   };
 }
 
@@ -558,7 +607,8 @@ class writes_first_backend final : public backend {
 
 TEST_CASE("bad-input catalog: the unbroken base cases run on every backend") {
   const std::vector<std::function<void(problem&)>> variants = {nullptr, split, table_two, fp8_outputs, shuffled,
-                                                                scale_tensors, decode_outputs, ds_mla};
+                                                                scale_tensors, decode_outputs, ds_mla,
+                                                                kv_heads, kv_heads_split, kv_heads_k_pe_out};
   for (const std::string& be_name : backends_under_test()) {
     for (size_t v = 0; v < variants.size(); ++v) {
       INFO("backend " << be_name << ", base variant " << v);

@@ -50,7 +50,8 @@ bool in_aligned16(const problem& p) {
          (p.cache_dtype == p.in_dtype || dtype_is_fp8(p.cache_dtype) || p.opt.layout == cache_layout::fp8_ds_mla) &&
          !p.opt.inplace_q && !p.opt.inplace_k && p.dn % 8 == 0 &&
          p.dr % (p.opt.style == rope_style::neox ? 16 : 8) == 0 && p.row_pad_elems % 8 == 0 &&
-         p.entry_pad_elems % cache_align == 0 && p.block_pad_elems % cache_align == 0 && p.table_pad_elems % 8 == 0;
+         p.entry_pad_elems % cache_align == 0 && p.block_pad_elems % cache_align == 0 && p.table_pad_elems % 8 == 0 &&
+         p.kv_heads == 1;  // no fast path takes KH > 1
 }
 
 }  // namespace

@@ -173,6 +173,19 @@ TEST_CASE("plugin backend: the example plugin passes, its planted bug is found a
   CHECK(has(bug.out, "ropekv fuzz --backends ref,plugin:" + example_plugin("plugin_bug") + " --repro 'tq=1 "));
 }
 
+TEST_CASE("plugin backend: kv heads (rank-3 k rows, rank-4 caches) are not supported, never a silent pass") {
+  auto be = make_plugin_backend(example_plugin("plugin"));
+  case_data one = make_case(parse_problem("tq=2 ts=2 tk=2 h=4 dn=16 dr=8 p=16 bs=4 nb=1"));
+  CHECK(be->unsupported_reason(one.args).empty());
+  case_data two = make_case(parse_problem("tq=2 ts=2 tk=2 h=4 kh=2 dn=16 dr=8 p=16 bs=4 nb=1"));
+  CHECK(has(be->unsupported_reason(two.args), "not supported: kv heads (KH = 2"));
+  cli_result r = cli({"fuzz", "--backends", "ref,plugin:" + example_plugin("plugin"), "--cases", "20", "--max-tokens", "8",
+                      "--pin", "kh=2"});
+  CAPTURE(r.out);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "0 passed, 0 failed, 20 skipped"));
+}
+
 TEST_CASE("plugin backend: a crashing plugin under --isolate is an ERRORED case, the campaign finishes") {
   cli_result r = cli({"fuzz", "--backends", "ref,plugin:" + example_plugin("plugin_crash"), "--cases", "40",
                       "--max-tokens", "8", "--isolate", "--shrink-time", "5s"});

@@ -43,7 +43,7 @@ TEST_CASE("repro: parse(to_repro(p)) == p and prints identically, 10000 random p
 TEST_CASE("repro: canonical key order and default values") {
   const problem d;
   const std::string s = d.to_repro();
-  CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
+  CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 kh=1 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
                 "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
                 "ds_scale=amax order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
                 "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major kv_layout=separate "

@@ -156,17 +156,17 @@ TEST_CASE("reference: paged_cache_map offsets") {
   paged_cache_map m = paged_cache_map::from_args(c.args());
   // entry stride 9, block stride 2 * 9 + 5 = 23; slot 3 = block 1, entry 1
   CHECK(m.capacity_slots() == 4);
-  CHECK(m.nope_offset_elems(3, 1) == 23 + 9 + 1);
-  CHECK(m.rope_offset_elems(3, 0) == 23 + 9 + 2);
+  CHECK(m.nope_offset_elems(3, 0, 1) == 23 + 9 + 1);
+  CHECK(m.rope_offset_elems(3, 0, 0) == 23 + 9 + 2);
   c.opt.order = row_order::rope_first;
   m = paged_cache_map::from_args(c.args());
-  CHECK(m.rope_offset_elems(3, 0) == 23 + 9);
-  CHECK(m.nope_offset_elems(3, 0) == 23 + 9 + 4);
+  CHECK(m.rope_offset_elems(3, 0, 0) == 23 + 9);
+  CHECK(m.nope_offset_elems(3, 0, 0) == 23 + 9 + 4);
   c.opt.layout = cache_layout::split;
   m = paged_cache_map::from_args(c.args());
   // ckv entry stride 2 + 3, block 2 * 5 + 5; kpe entry 4 + 3, block 2 * 7 + 5
-  CHECK(m.nope_offset_elems(3, 1) == 15 + 5 + 1);
-  CHECK(m.rope_offset_elems(3, 2) == 19 + 7 + 2);
+  CHECK(m.nope_offset_elems(3, 0, 1) == 15 + 5 + 1);
+  CHECK(m.rope_offset_elems(3, 0, 2) == 19 + 7 + 2);
   CHECK(m.nope_tensor() == paged_cache_map::part_tensor::ckv_cache);
   CHECK(m.rope_tensor() == paged_cache_map::part_tensor::kpe_cache);
 }
@@ -740,8 +740,8 @@ TEST_CASE("reference: layout shuffled puts each entry's parts where core/SPEC.md
     CHECK(bsh.guards_intact());
     // and the map the reference uses says the same for one element: entry 17, nope feature w + 1
     const paged_cache_map m = paged_cache_map::from_args(cs.args);
-    CHECK(m.nope_offset_elems(bs + 17, w + 1) == block_stride + 16 * dn + 16 * w + 1 * w + 1);
-    CHECK(m.rope_offset_elems(3, 2) == bs * dn + 3 * w + 2);
+    CHECK(m.nope_offset_elems(bs + 17, 0, w + 1) == block_stride + 16 * dn + 16 * w + 1 * w + 1);
+    CHECK(m.rope_offset_elems(3, 0, 2) == bs * dn + 3 * w + 2);
   }
 }
 

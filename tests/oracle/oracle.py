@@ -86,7 +86,7 @@ for _n, _f in FORMATS.items():
 # ---------------------------------------------------------------------------------------------
 # repro strings
 
-_INT_KEYS = ("tq", "ts", "tk", "h", "dn", "dr", "p", "bs", "nb", "row_pad", "entry_pad",
+_INT_KEYS = ("tq", "ts", "tk", "h", "kh", "dn", "dr", "p", "bs", "nb", "row_pad", "entry_pad",
              "block_pad", "table_pad", "pad_slots", "seed", "dec")
 _ENUMS = {
     "in": ("f32", "f16", "bf16"),
@@ -110,7 +110,7 @@ _ENUMS = {
     "positions": ("random", "near_end", "same"),
 }
 DEFAULTS = {
-    "tq": 1, "ts": 1, "tk": 1, "h": 128, "dn": 512, "dr": 64, "p": 4096, "bs": 64, "nb": 1,
+    "tq": 1, "ts": 1, "tk": 1, "h": 128, "kh": 1, "dn": 512, "dr": 64, "p": 4096, "bs": 64, "nb": 1,
     "in": "bf16", "table_dtype": "bf16", "pos": "i64", "slot": "i64", "qo": "bf16",
     "cache": "bf16", "table": "one", "style": "gptj", "layout": "joint", "ds_scale": "amax", "order": "nope_first",
     "scale_conv": "divide", "pad_q": "computed", "pos_oob": "error", "inplace_q": False,
@@ -593,8 +593,26 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
 
     q_nope = _need(tensors, "q_nope", (tq, h, dn))
     q_pe = _need(tensors, "q_pe", (tq, h, dr))
-    kv_c = _need(tensors, "kv_c", (tk, dn))
-    k_pe = _need(tensors, "k_pe", (tk, dr))
+    # kv heads (SPEC "kv heads"): kh > 1 stores kv_c / k_pe / k_pe_out as [Tk, KH, D] and the
+    # caches as [nb, KH, bs, D]; kh = 1 the rank-2 rows and rank-3 caches. Below, every k tensor
+    # is handled with its head dimension (size 1 for kh = 1), reshaped back at the end.
+    kh = p["kh"]
+    if kh < 1 or h % kh:
+        raise ValueError(f"kh: expected a divisor of h = {h}, got {kh}")
+    k_shape = (lambda w: (tk, kh, w)) if kh > 1 else (lambda w: (tk, w))
+    c_shape = (lambda w: (nb, kh, bs, w)) if kh > 1 else (lambda w: (nb, bs, w))
+
+    def heads4(a):  # a cache [nb, (KH,) bs, D] -> [nb, KH, bs, D] (a view)
+        return a if kh > 1 else a[:, None]
+
+    def heads3(a):  # k rows [Tk, (KH,) D] -> [Tk, KH, D]
+        return a if kh > 1 else a[:, None]
+
+    def unheads(a):  # back to the file's rank
+        return a if kh > 1 else a[:, 0]
+
+    kv_c = heads3(_need(tensors, "kv_c", k_shape(dn)))
+    k_pe = heads3(_need(tensors, "k_pe", k_shape(dr)))
     positions = _need(tensors, "positions", (tk,)).astype(np.int64)
     slots = _need(tensors, "slot_mapping", (ts,)).astype(np.int64)
     if p["table"] == "one":
@@ -650,10 +668,12 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
                    or p["order"] != "nope_first"):
         raise ValueError(f"layout fp8_ds_mla: expected cache u8, Dn 512, Dr 64, a 16-bit input, nope_first, "
                          f"got cache={cache_dt} dn={dn} dr={dr} in={in_dt} order={p['order']}")
+    if ds_mla and kh != 1:
+        raise ValueError(f"layout fp8_ds_mla: expected kh = 1, got {kh}")
     if k_rows.size:
-        ck = cos_tab[pos[k_rows]]
-        sk = sin_tab[pos[k_rows]]
-        kpe32 = k_pe[k_rows].astype(np.float32)
+        ck = cos_tab[pos[k_rows]][:, None, :]  # [rows, 1, Dr/2]: one position for every head
+        sk = sin_tab[pos[k_rows]][:, None, :]
+        kpe32 = k_pe[k_rows].astype(np.float32)  # [rows, KH, Dr]
         if not ds_mla:
             nope_vals = convert_nope(kv_c[k_rows], cache_dt, conv, k_scale)
             rope_vals = rope_round(kpe32, ck, sk, style, cache_dt, conv, k_scale, evaluation)
@@ -661,41 +681,44 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         cache = _need(tensors, "cache.initial", (nb, bs, DS_MLA_ENTRY_BYTES)).copy()
         if k_rows.size:
             rope16 = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)  # no scale
-            cache[blk, ent] = ds_mla_entries(kv_c[k_rows], rope16, p["ds_scale"])
+            cache[blk, ent] = ds_mla_entries(kv_c[k_rows][:, 0], rope16[:, 0], p["ds_scale"])
         out["cache.expected"] = cache
     elif p["layout"] == "shuffled":
         w = shuffled_run(cache_dt)
         if bs % 16 or dn % w or dr % w or p["order"] != "nope_first":
             raise ValueError(f"layout shuffled: expected bs % 16 == 0, Dn and Dr multiples of {w}, "
                              f"nope_first, got bs={bs} dn={dn} dr={dr} order={p['order']}")
-        cache = unshuffle_cache(_need(tensors, "cache.initial", (nb, bs, dn + dr)), dn, w).copy()
+        # each (block, head) pair is one block's tiled run: unshuffle / shuffle them as blocks
+        phys = heads4(_need(tensors, "cache.initial", c_shape(dn + dr))).reshape(nb * kh, bs, dn + dr)
+        cache = unshuffle_cache(phys, dn, w).reshape(nb, kh, bs, dn + dr).copy()
         if k_rows.size:
-            cache[blk, ent, :dn] = nope_vals
-            cache[blk, ent, dn:] = rope_vals
-        out["cache.expected"] = shuffle_cache(cache, dn, w)
+            cache[blk, :, ent, :dn] = nope_vals
+            cache[blk, :, ent, dn:] = rope_vals
+        out["cache.expected"] = unheads(shuffle_cache(cache.reshape(nb * kh, bs, dn + dr), dn, w)
+                                        .reshape(nb, kh, bs, dn + dr))
     elif p["layout"] == "joint":
-        cache = _need(tensors, "cache.initial", (nb, bs, dn + dr)).copy()
-        if k_rows.size:
+        cache = heads4(_need(tensors, "cache.initial", c_shape(dn + dr)).copy())
+        if k_rows.size:  # [blk, :, ent] selects [rows, KH, D]
             if p["order"] == "nope_first":
-                cache[blk, ent, :dn] = nope_vals
-                cache[blk, ent, dn:] = rope_vals
+                cache[blk, :, ent, :dn] = nope_vals
+                cache[blk, :, ent, dn:] = rope_vals
             else:
-                cache[blk, ent, :dr] = rope_vals
-                cache[blk, ent, dr:] = nope_vals
-        out["cache.expected"] = cache
+                cache[blk, :, ent, :dr] = rope_vals
+                cache[blk, :, ent, dr:] = nope_vals
+        out["cache.expected"] = unheads(cache)
     else:
-        ckv = _need(tensors, "ckv_cache.initial", (nb, bs, dn)).copy()
-        kpe = _need(tensors, "kpe_cache.initial", (nb, bs, dr)).copy()
+        ckv = heads4(_need(tensors, "ckv_cache.initial", c_shape(dn)).copy())
+        kpe = heads4(_need(tensors, "kpe_cache.initial", c_shape(dr)).copy())
         if k_rows.size:
-            ckv[blk, ent] = nope_vals
-            kpe[blk, ent] = rope_vals
-        out["ckv_cache.expected"] = ckv
-        out["kpe_cache.expected"] = kpe
+            ckv[blk, :, ent] = nope_vals
+            kpe[blk, :, ent] = rope_vals
+        out["ckv_cache.expected"] = unheads(ckv)
+        out["kpe_cache.expected"] = unheads(kpe)
     if p["inplace_k"]:
         k_pe_new = k_pe.copy()
         if k_rows.size:
             k_pe_new[k_rows] = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)
-        out["k_pe.expected"] = k_pe_new
+        out["k_pe.expected"] = unheads(k_pe_new)
 
     # decode outputs (SPEC "Decode outputs"): rows t < N of computed q rows; k_pe_out the rows
     # the cache gets; all rounded like in-place values (input dtype, no scale)
@@ -716,8 +739,8 @@ def expected_outputs(params: dict, tensors: dict, evaluation: str = "exact") -> 
         z[dec_rows] = np.zeros((), dtype=z.dtype)  # +0: all-zero bits
         out["q_nope_zeros_out.expected"] = z
     if "k" in dec_out:
-        ko = _need(tensors, "k_pe_out.initial", (tk, dr)).copy()
+        ko = heads3(_need(tensors, "k_pe_out.initial", k_shape(dr)).copy())
         if k_rows.size:
             ko[k_rows] = rope_round(kpe32, ck, sk, style, in_dt, evaluation=evaluation)
-        out["k_pe_out.expected"] = ko
+        out["k_pe_out.expected"] = unheads(ko)
     return out

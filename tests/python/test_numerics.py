@@ -14,7 +14,7 @@ REPRO = ("tq=4 ts=4 tk=5 h=8 dn=16 dr=64 p=64 bs=4 nb=2 in=bf16 table_dtype=bf16
          "cache=bf16 style=gptj table=one layout=joint order=nope_first rope_table=random seed=5")
 # the domain the emulating kernel below handles (the fuzz campaign keeps these keys)
 PINS = ("in=bf16 table_dtype=bf16 qo=bf16 cache=bf16 style=gptj table=one layout=joint "
-        "order=nope_first inplace_q=0 inplace_k=0 pad_q=computed pos_oob=error dec_out=none")
+        "order=nope_first inplace_q=0 inplace_k=0 pad_q=computed pos_oob=error dec_out=none kh=1")
 
 
 def bf16_round(v):

@@ -24,6 +24,7 @@ SHUFFLED_CASES = int(os.environ.get("ROPEKV_ORACLE_SHUFFLED_CASES", "100"))
 SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
 DECODE_CASES = int(os.environ.get("ROPEKV_ORACLE_DECODE_CASES", "100"))
 DSMLA_CASES = int(os.environ.get("ROPEKV_ORACLE_DSMLA_CASES", "100"))
+KH_CASES = int(os.environ.get("ROPEKV_ORACLE_KH_CASES", "50"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -102,7 +103,8 @@ def test_reference_matches_oracle_with_decode_outputs(ropekv_bin, tmp_path_facto
         n = p["dec"]
         assert tensors["decode_q_pe_out.expected"].shape == (n, p["h"], p["dr"])
         assert tensors["q_nope_zeros_out.expected"].shape == (n, p["h"], p["dn"])
-        assert tensors["k_pe_out.expected"].shape == (p["tk"], p["dr"])
+        k_rows = (p["tk"], p["kh"], p["dr"]) if p["kh"] > 1 else (p["tk"], p["dr"])  # kv heads
+        assert tensors["k_pe_out.expected"].shape == k_rows
         kinds["0<N<Tq" if 0 < n < p["tq"] else "N=Tq>0" if n == p["tq"] > 0 else "N=0"] += 1
 
     _check_pinned(ropekv_bin, tmp_path_factory, DECODE_CASES, SEED + 3, "dec_out=qzk", "decode-output",
@@ -161,6 +163,29 @@ def test_reference_matches_oracle_on_the_fp8_ds_mla_layout(ropekv_bin, tmp_path_
                   check_file)
     if DSMLA_CASES >= 50:
         assert rules["amax"] > 0 and rules["pow2"] > 0, rules
+
+
+@pytest.mark.parametrize("kh", [2, 3, 4])
+def test_reference_matches_oracle_with_kv_heads(ropekv_bin, tmp_path_factory, kh):
+    """kh pinned (KH > 1 kv heads, AITER's form; h made a multiple of kh): kv_c / k_pe /
+    k_pe_out [Tk, KH, D] and the caches [nb, KH, bs, D] (every layout but fp8_ds_mla); the oracle
+    writes entry (slot, head k) from kv_c[t, k] / k_pe[t, k] per SPEC "kv heads", byte for byte.
+    ROPEKV_ORACLE_KH_CASES (default 50) cases in all, split over kh = 2, 3, 4."""
+    layouts = Counter()
+
+    def check_file(meta, tensors):
+        p = o.parse_repro(meta["repro"])
+        assert p["kh"] == kh and p["h"] % kh == 0, meta["repro"]
+        assert tensors["kv_c"].shape == (p["tk"], kh, p["dn"])
+        assert tensors["k_pe"].shape == (p["tk"], kh, p["dr"])
+        cache = "cache.expected" if p["layout"] != "split" else "ckv_cache.expected"
+        assert tensors[cache].shape[:3] == (p["nb"], kh, p["bs"]), tensors[cache].shape
+        layouts[p["layout"]] += 1
+
+    cases = max(1, KH_CASES // 3 + (1 if kh == 2 and KH_CASES % 3 else 0) + (1 if kh == 3 and KH_CASES % 3 == 2 else 0))
+    _check_pinned(ropekv_bin, tmp_path_factory, cases, SEED + 5 + kh, f"kh={kh}", f"kh={kh}", check_file)
+    if cases >= 50:
+        assert layouts["joint"] > 0 and layouts["split"] > 0 and layouts["shuffled"] > 0, layouts
 
 
 def test_oracle_ds_mla_scales_by_hand():

@@ -16,6 +16,10 @@ REPROS = [
     "tq=3 ts=5 tk=6 h=4 dn=32 dr=8 bs=4 nb=3 in=f16 qo=f16 cache=f16 pad_slots=2 pad_q=skipped inplace_q=1 inplace_k=1",
     "tq=2 ts=2 tk=3 h=2 dn=16 dr=8 bs=8 nb=1 layout=split style=neox table=two in=f32 qo=f32 cache=f32 q_layout=head_major",
     "tq=2 ts=2 tk=2 h=2 dn=16 dr=8 bs=8 nb=1 order=rope_first kv_layout=fused row_pad=3 entry_pad=5 block_pad=7 pos_oob=clamp",
+    # kv heads (core/SPEC.md "kv heads"): kv_c / k_pe [Tk, KH, D], caches [nb, KH, bs, D]; seed 6
+    # lays the split caches out as vLLM's [nb, bs, KH, D] (a permuted view)
+    "tq=3 ts=4 tk=5 h=8 kh=2 dn=32 dr=16 bs=16 nb=2 inplace_k=1 seed=4",
+    "tq=2 ts=3 tk=3 h=6 kh=3 dn=16 dr=8 bs=4 nb=2 layout=split entry_pad=2 seed=6",
 ]
 
 
@@ -146,3 +150,29 @@ def test_fuzz_the_cpu_op():
     skipped = [c for c in s.cases if c["outcome"] == "SKIPPED"]
     assert s.passed_cases + s.skipped == 300 and s.passed_cases >= 270
     assert all("layout=fp8_ds_mla" in c["repro"] for c in skipped), skipped
+
+
+def test_op_takes_kv_heads_from_the_tensor_shapes():
+    """KH > 1 (AITER's form): the op reads KH off kv_c / k_pe / the cache; a cache in vLLM's
+    [nb, bs, KH, D] memory passed as its [nb, KH, bs, D] permutation gives the same bytes."""
+    case = ropekv.make_case("tq=3 ts=4 tk=4 h=8 kh=4 dn=32 dr=16 bs=8 nb=2 seed=4")
+    t = case.to_torch("cpu")
+    assert t["kv_c"].shape == (4, 4, 32) and t["cache"].shape == (2, 4, 8, 48)
+    rkt.call(t)
+    ropekv.compare(case, outputs(case, t), bitwise=True).assert_ok()
+    vllm = torch.full((2, 8, 4, 48), -7.0, dtype=t["cache"].dtype)  # [nb, bs, KH, D]
+    t2 = dict(case.to_torch("cpu"), cache=vllm.permute(0, 2, 1, 3))
+    rkt.call(t2)
+    assert torch.equal(t2["cache"].view(torch.int16)[t["cache"].view(torch.int16) != -23131],
+                       t["cache"].view(torch.int16)[t["cache"].view(torch.int16) != -23131])
+    bad = dict(case.to_torch("cpu"), kv_c=case.to_torch("cpu")["kv_c"][:, :3])  # KH = 3 of H = 8
+    with pytest.raises(ValueError, match=r"kv_c.shape\[1\]: expected a divisor of H = 8"):
+        rkt.call(bad)
+
+
+def test_fuzz_the_cpu_op_with_kv_heads():
+    s = ropekv.fuzz(rkt.kernel, cases=40, seed=7, framework="torch", max_tokens=8, pin={"kh": "2"})
+    s.assert_ok()
+    skipped = [c for c in s.cases if c["outcome"] == "SKIPPED"]
+    assert all("layout=fp8_ds_mla" in c["repro"] for c in skipped), skipped
+    assert s.passed_cases >= 35 and all(" kh=2 " in c["repro"] for c in s.cases)
