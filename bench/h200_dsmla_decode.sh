@@ -24,18 +24,7 @@ if [ "$PART" != bench ]; then
 fi
 [ "$PART" = fuzz ] && exit 0
 cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:4096 --case deepseek-v3-tp8:8192)
-if [ -n "$BEFORE" ]; then
-  say "bench, joint, copy mode, no decode outputs: before and after alternated, three runs each"
-  for run in 1 2 3; do
-    for side in before after; do
-      b=$BIN; [ "$side" = before ] && b=$BEFORE
-      "$b" bench --backend hip --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}" \
-        --json "$OUT/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
-      say "--- $side, run $run"
-      tee -a "$summary" < "$W/bench-$side-$run.log"
-    done
-  done
-fi
+bench_before_after --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}"
 "$BIN" bench --backend hip --layout joint --cache bf16,fp8_e4m3fn --mode copy,zero_copy --decode 32 \
   "${cases[@]}" --json "$OUT/bench-decode.json" > "$W/bench-decode.log" 2>&1
 say "bench, decode outputs (N = min(32, Tq)), joint:"

@@ -27,24 +27,7 @@ if [ "$PART" != bench ]; then
 fi
 if [ "$PART" != fuzz ]; then
   cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:4096 --case deepseek-v3-tp8:8192)
-  for run in 1 2 3; do
-    "$BIN" bench --backend hip --layout joint,fp8_ds_mla --cache bf16,fp8_e4m3fn --mode copy \
-      "${cases[@]}" --json "$W/bench-dsmla-$run.json" > "$W/bench-dsmla-$run.log" 2>&1
-    say "--- bench, fp8_ds_mla beside joint (copy mode), run $run:"
-    tee -a "$summary" < "$W/bench-dsmla-$run.log"
-  done
-  cp "$W/bench-dsmla-3.json" "$OUT/"
-  if [ -n "$BEFORE" ]; then
-    say "bench, joint, copy mode: before and after alternated, three runs each"
-    for run in 1 2 3; do
-      for side in before after; do
-        b=$BIN; [ "$side" = before ] && b=$BEFORE
-        "$b" bench --backend hip --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}" \
-          --json "$W/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
-        say "--- $side, run $run"
-        tee -a "$summary" < "$W/bench-$side-$run.log"
-      done
-    done
-  fi
+  bench_runs dsmla --layout joint,fp8_ds_mla --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}"
+  bench_before_after --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}"
 fi
 rm -rf "$W"

@@ -36,3 +36,32 @@ golden_on_hip() {
   done
   say "golden on hip: $((n - bad)) passed, $bad failed of $n"
 }
+
+# bench_runs NAME BENCH-ARGS...: three `bench --backend hip` runs into the summary; the third
+# run's JSON goes to $OUT/bench-NAME-3.json.
+bench_runs() {
+  local name=$1 run; shift
+  for run in 1 2 3; do
+    "$BIN" bench --backend hip "$@" --json "$W/bench-$name-$run.json" > "$W/bench-$name-$run.log" 2>&1
+    say "--- bench $name ($*), run $run:"
+    tee -a "$summary" < "$W/bench-$name-$run.log"
+  done
+  cp "$W/bench-$name-3.json" "$OUT/"
+}
+
+# bench_before_after BENCH-ARGS...: `bench --backend hip` with $BEFORE and $BIN alternated, three
+# runs each, into the summary; the third runs' JSON go to $OUT. Nothing without $BEFORE.
+bench_before_after() {
+  [ -n "${BEFORE:-}" ] || return 0
+  local run side b
+  say "bench ($*): before and after alternated, three runs each"
+  for run in 1 2 3; do
+    for side in before after; do
+      b=$BIN; [ "$side" = before ] && b=$BEFORE
+      "$b" bench --backend hip "$@" --json "$W/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
+      say "--- $side, run $run"
+      tee -a "$summary" < "$W/bench-$side-$run.log"
+    done
+  done
+  cp "$W/bench-before-3.json" "$W/bench-after-3.json" "$OUT/"
+}

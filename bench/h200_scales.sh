@@ -19,18 +19,7 @@ campaign sim-hip-scales-aligned16-bitwise sim,hip 2000 --seed 20261209 --pin sca
 campaign sim-hip-shuffled-aligned16-bitwise sim,hip 1000 --seed 20261210 --pin layout=shuffled --profile aligned16 --bitwise
 golden_on_hip
 cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:4096 --case deepseek-v3-tp8:8192)
-if [ -n "$BEFORE" ]; then
-  say "bench, host scales, joint, copy mode: before and after alternated, three runs each"
-  for run in 1 2 3; do
-    for side in before after; do
-      b=$BIN; [ "$side" = before ] && b=$BEFORE
-      "$b" bench --backend hip --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}" \
-        --json "$OUT/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
-      say "--- $side, run $run"
-      tee -a "$summary" < "$W/bench-$side-$run.log"
-    done
-  done
-fi
+bench_before_after --layout joint --cache bf16,fp8_e4m3fn --mode copy "${cases[@]}"
 "$BIN" bench --backend hip --layout joint,shuffled --scales host,tensor --cache bf16,fp8_e4m3fn --mode copy \
   "${cases[@]}" --json "$OUT/bench-scales.json" > "$W/bench-scales.log" 2>&1
 say "bench, host vs tensor scales, joint and shuffled, copy mode:"
