@@ -28,6 +28,12 @@ uint32_t canon_lane(uint32_t x, int32_t t) {
   return (x & 0x7fffu) > inf ? ((x & 0x8000u) | qnan) : x;
 }
 
+float bits_f(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("rk_div_u32: multiply-high division equals n / d") {
@@ -108,11 +114,6 @@ TEST_CASE("rk_paged_cache::entry: multiply-high and 64-bit division give the sam
 
 TEST_CASE("rk_exact_inverse: v / 2^k == v * 2^-k for every v; other scales are divided") {
   ropekv::rng_stream rng{5, 3};
-  auto bits_f = [](uint32_t b) {
-    float v;
-    std::memcpy(&v, &b, 4);
-    return v;
-  };
   auto same = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (a != a && b != b); };
   int64_t checked = 0, bad = 0;
   for (int k = -126; k <= 126; ++k) {
@@ -146,11 +147,6 @@ TEST_CASE("rk_exact_inverse: v / 2^k == v * 2^-k for every v; other scales are d
 // the entry stores is the same everywhere (subnormal quotients: a zero of the value's sign).
 TEST_CASE("rk_div_by_tile_scale: the double product gives the fp32 division's quotient and code") {
   ropekv::rng_stream rng{7, 11};
-  auto bits_f = [](uint32_t b) {
-    float v;
-    std::memcpy(&v, &b, 4);
-    return v;
-  };
   std::vector<float> scales = {1.17549435e-38f, std::ldexp(1.0f, -13), 1.0f, 0.75f, 336.0f / 448.0f,
                                std::nextafter(1.0f, 2.0f), std::nextafter(1.0f, 0.0f), std::ldexp(1.0f, 120),
                                3.4028235e38f / 448.0f, std::numeric_limits<float>::infinity()};

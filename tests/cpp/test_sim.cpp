@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -80,6 +81,39 @@ float f32_of(uint32_t b) {
   float v;
   std::memcpy(&v, &b, 4);
   return v;
+}
+
+// Runs `fast` on the sim under the variant overrides `ov` and `general` on the general body
+// (force_general; the overrides are restored after), checks the two runs bit for bit and each
+// against the reference's `ref`; returns the two variant names for the caller's checks.
+std::pair<std::string, std::string> run_fast_and_general(const case_data& initial, const case_data& ref,
+                                                         case_data& fast, case_data& general,
+                                                         const ropekv_gpu::rk_variant_override& ov) {
+  struct restore {
+    ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+    ~restore() { ropekv_gpu::rk_variant_overrides() = saved; }
+  } restore_overrides;
+  auto sim = make_sim_backend();
+  ropekv_gpu::rk_variant_overrides() = ov;
+  REQUIRE(sim->unsupported_reason(fast.args) == "");
+  sim->run_host(fast.args, fast.regions());
+  const std::string fast_variant = sim->last_variant();
+  ropekv_gpu::rk_variant_overrides() = ropekv_gpu::rk_variant_override{};
+  ropekv_gpu::rk_variant_overrides().force_general = 1;
+  sim->run_host(general.args, general.regions());
+  const std::string general_variant = sim->last_variant();
+  INFO(fast_variant, " vs ", general_variant);
+  for (auto& [name, buf] : fast.buffers) {
+    host_buffer& b = general.buffers.at(name);
+    REQUIRE(buf.raw_size_bytes() == b.raw_size_bytes());
+    CHECK_MESSAGE(std::memcmp(buf.raw(), b.raw(), buf.raw_size_bytes()) == 0, name);
+  }
+  for (case_data* run : {&fast, &general}) {
+    const case_report r = compare_runs(initial, ref, *run, compare_options{});
+    INFO(format_case_report(r, true));
+    CHECK(r.outcome == case_outcome::passed);
+  }
+  return {fast_variant, general_variant};
 }
 
 }  // namespace
@@ -442,7 +476,6 @@ TEST_CASE("sim: fast_v4 writes the decode outputs, bit for bit the general body'
   cases.push_back({"tq=3 ts=4 tk=4 h=3 dn=1024 dr=32 p=16 bs=16 nb=1 seed=3 dec_out=qzk dec=2", false, 1, 0, -1});
   cases.push_back({"tq=3 ts=4 tk=4 h=3 dn=1024 dr=32 p=16 bs=16 nb=1 seed=3 dec_out=qzk dec=3", true, 0, 0, -1});
   cases.push_back({"tq=4 ts=4 tk=4 h=9 dn=64 dr=16 p=16 bs=4 nb=2 seed=4 dec_out=qzk dec=3 style=neox", true, 0, 0, -1});
-  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
   for (const v4_case& vc : cases) {
     INFO(vc.repro, " zero_copy=", vc.zero_copy, " qp=", vc.q_pairs, " kvs=", vc.kv_split, " r=", vc.rope_group);
     const problem p = parse_problem(vc.repro);
@@ -458,16 +491,7 @@ TEST_CASE("sim: fast_v4 writes the decode outputs, bit for bit the general body'
     ov.v4_q_pairs = vc.q_pairs;
     ov.v4_kv_split = vc.kv_split;
     ov.v4_kv_rope_group = vc.rope_group;
-    ropekv_gpu::rk_variant_overrides() = ov;
-    auto sim = make_sim_backend();
-    REQUIRE(sim->unsupported_reason(fast.args) == "");
-    sim->run_host(fast.args, fast.regions());
-    const std::string v4 = sim->last_variant();
-    ropekv_gpu::rk_variant_overrides() = ropekv_gpu::rk_variant_override{};
-    ropekv_gpu::rk_variant_overrides().force_general = 1;
-    sim->run_host(general.args, general.regions());
-    const std::string gen = sim->last_variant();
-    ropekv_gpu::rk_variant_overrides() = saved;
+    const auto [v4, gen] = run_fast_and_general(initial, ref, fast, general, ov);
     INFO(v4, " vs ", gen);
     CHECK(v4.rfind("fast_v4", 0) == 0);
     CHECK(v4.find("+decode") != std::string::npos);
@@ -475,16 +499,6 @@ TEST_CASE("sim: fast_v4 writes the decode outputs, bit for bit the general body'
     CHECK((v4.find("+qp") != std::string::npos) == (vc.q_pairs == 1 && !vc.zero_copy));
     CHECK(gen.rfind("fused_v1", 0) == 0);
     CHECK(gen.find("+decode") != std::string::npos);
-    for (auto& [name, buf] : fast.buffers) {
-      host_buffer& b = general.buffers.at(name);
-      REQUIRE(buf.raw_size_bytes() == b.raw_size_bytes());
-      CHECK_MESSAGE(std::memcmp(buf.raw(), b.raw(), buf.raw_size_bytes()) == 0, name);
-    }
-    for (case_data* run : {&fast, &general}) {
-      const case_report r = compare_runs(initial, ref, *run, compare_options{});
-      INFO(format_case_report(r, true));
-      CHECK(r.outcome == case_outcome::passed);
-    }
   }
 }
 
@@ -644,7 +658,6 @@ TEST_CASE("sim: fp8_ds_mla on fast_v4, bit for bit the general body's, special v
       {"entry_pad=0 block_pad=0 dec_out=qzk dec=2", 16},
       {"entry_pad=4 block_pad=0 dec_out=k style=neox", 4},
   };
-  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
   for (const char* rule : {"amax", "pow2"}) {
     for (const ds_case& dc : cases) {
       const std::string repro = base + "ds_scale=" + rule + " " + dc.extra;
@@ -659,29 +672,11 @@ TEST_CASE("sim: fp8_ds_mla on fast_v4, bit for bit the general body's, special v
       }
       case_data ref = initial.clone(), fast = initial.clone(), general = initial.clone();
       make_cpu_backend()->run_host(ref.args, ref.regions());
-      auto sim = make_sim_backend();
-      ropekv_gpu::rk_variant_overrides() = ropekv_gpu::rk_variant_override{};
-      REQUIRE(sim->unsupported_reason(fast.args) == "");
-      sim->run_host(fast.args, fast.regions());
-      const std::string v4 = sim->last_variant();
-      ropekv_gpu::rk_variant_overrides().force_general = 1;
-      sim->run_host(general.args, general.regions());
-      const std::string gen = sim->last_variant();
-      ropekv_gpu::rk_variant_overrides() = saved;
+      const auto [v4, gen] = run_fast_and_general(initial, ref, fast, general, ropekv_gpu::rk_variant_override{});
       INFO(v4, " vs ", gen);
       CHECK(v4.rfind("fast_v4", 0) == 0);
       CHECK(v4.find("+ds_mla(st" + std::to_string(dc.store_bytes) + ")") != std::string::npos);
       CHECK(gen.rfind("fused_v1", 0) == 0);
-      for (auto& [name, buf] : fast.buffers) {
-        host_buffer& b = general.buffers.at(name);
-        REQUIRE(buf.raw_size_bytes() == b.raw_size_bytes());
-        CHECK_MESSAGE(std::memcmp(buf.raw(), b.raw(), buf.raw_size_bytes()) == 0, name);
-      }
-      for (case_data* run : {&fast, &general}) {
-        const case_report r = compare_runs(initial, ref, *run, compare_options{});
-        INFO(format_case_report(r, true));
-        CHECK(r.outcome == case_outcome::passed);
-      }
     }
   }
 }
