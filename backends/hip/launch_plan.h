@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "backends/hip/kernel.h"
 #include "backends/hip/variant.h"
@@ -225,39 +226,49 @@ inline bool rk_v3_specialised(const rk_params& p) {
          (p.table_dtype == p.q_dtype || p.table_dtype == rk_f32);
 }
 
-template <int32_t Q, int32_t C, int32_t NEOX, class F>
+template <int32_t Q, int32_t NEOX, int32_t C, class F>
 void rk_v3_visit_table(const rk_params& p, F&& f) {
   if (p.table_dtype == Q) return f(rk_v3_spec<Q, C, NEOX, Q>{});
   if (p.table_dtype == rk_f32) return f(rk_v3_spec<Q, C, NEOX, rk_f32>{});
   throw ropekv::error("rk_v3_visit: table dtype " + std::to_string(p.table_dtype) + " not specialised");
 }
-template <int32_t Q, int32_t C, class F>
-void rk_v3_visit_style(const rk_params& p, F&& f) {
-  if (p.neox) return rk_v3_visit_table<Q, C, 1>(p, f);
-  return rk_v3_visit_table<Q, C, 0>(p, f);
-}
-template <int32_t Q, class F>
+// Calls f(S{}) once, S = the instantiation for p among those with q dtype Q and style NEOX
+// (p specialised, its q dtype Q and style NEOX: rk_v3_visit_q_style decided).
+template <int32_t Q, int32_t NEOX, class F>
 void rk_v3_visit_cache(const rk_params& p, F&& f) {
-  if (p.cache.dtype == Q) return rk_v3_visit_style<Q, Q>(p, f);
+  if (p.cache.dtype == Q) return rk_v3_visit_table<Q, NEOX, Q>(p, f);
   switch (p.cache.dtype) {
-    case rk_e4m3fn: return rk_v3_visit_style<Q, rk_e4m3fn>(p, f);
-    case rk_e4m3fnuz: return rk_v3_visit_style<Q, rk_e4m3fnuz>(p, f);
-    case rk_e5m2: return rk_v3_visit_style<Q, rk_e5m2>(p, f);
-    case rk_e5m2fnuz: return rk_v3_visit_style<Q, rk_e5m2fnuz>(p, f);
+    case rk_e4m3fn: return rk_v3_visit_table<Q, NEOX, rk_e4m3fn>(p, f);
+    case rk_e4m3fnuz: return rk_v3_visit_table<Q, NEOX, rk_e4m3fnuz>(p, f);
+    case rk_e5m2: return rk_v3_visit_table<Q, NEOX, rk_e5m2>(p, f);
+    case rk_e5m2fnuz: return rk_v3_visit_table<Q, NEOX, rk_e5m2fnuz>(p, f);
     default:
       throw ropekv::error("rk_v3_visit: cache dtype " + std::to_string(p.cache.dtype) + " not specialised");
+  }
+}
+// Calls f(Q, NEOX) once, as std::integral_constant<int32_t, ...> values: the q dtype and style
+// of a specialised p (the first two levels of rk_v3_visit; the sim compiles each (Q, NEOX)
+// quarter of the instantiations in its own translation unit).
+template <class F>
+void rk_v3_visit_q_style(const rk_params& p, F&& f) {
+  using bf16 = std::integral_constant<int32_t, rk_bf16>;
+  using f16 = std::integral_constant<int32_t, rk_f16>;
+  using gptj = std::integral_constant<int32_t, 0>;
+  using neox = std::integral_constant<int32_t, 1>;
+  switch (p.q_dtype) {
+    case rk_bf16: return p.neox ? f(bf16{}, neox{}) : f(bf16{}, gptj{});
+    case rk_f16: return p.neox ? f(f16{}, neox{}) : f(f16{}, gptj{});
+    default:
+      throw ropekv::error("rk_v3_visit: q dtype " + std::to_string(p.q_dtype) + " not specialised");
   }
 }
 // Calls f(S{}) once, S = the fast_v3 instantiation for p (dispatch once, on the host).
 template <class F>
 void rk_v3_visit(const rk_params& p, F&& f) {
   if (!rk_v3_specialised(p)) return f(rk_v3_generic{});
-  switch (p.q_dtype) {
-    case rk_bf16: return rk_v3_visit_cache<rk_bf16>(p, f);
-    case rk_f16: return rk_v3_visit_cache<rk_f16>(p, f);
-    default:
-      throw ropekv::error("rk_v3_visit: q dtype " + std::to_string(p.q_dtype) + " not specialised");
-  }
+  rk_v3_visit_q_style(p, [&](auto q, auto neox) {
+    rk_v3_visit_cache<decltype(q)::value, decltype(neox)::value>(p, f);
+  });
 }
 
 inline const char* rk_dtype_short(int32_t t) {

@@ -307,7 +307,7 @@ TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against
   }
 }
 
-// The sim's pinned grid loops (sim_backend.cpp: fast_v4 at Dn 512 / Dr 64 with 64-bit indices,
+// The sim's pinned grid loops (sim_grid.h: fast_v4 at Dn 512 / Dr 64 with 64-bit indices,
 // those launch parameters held as compile-time constants) against the plain loops
 // (ROPEKV_SIM_PIN=0): every output byte identical, both pass against the reference; one q row
 // per group and two (qp), gptj and neox, bf16 and fp8 caches, padding. A launch outside the
@@ -377,6 +377,57 @@ TEST_CASE("sim: pinned grid loops write the same bytes as the plain loops") {
 // Decode outputs (core/SPEC.md "Decode outputs"): the sim against the reference (rope rows by
 // the rope rule, the zero buffer and every byte not written bit for bit), and within each run
 // bit for bit: decode_q_pe_out rows are the in-place q_pe rows, k_pe_out rows the in-place k_pe
+
+// The sim's two copies of its grid loops on x86-64 (sim_grid.h): the default one (FMA where the
+// CPU has it) runs fast_v3 / fast_v4 in the dtype-specialised instantiation the GPU launches,
+// the portable one (ROPEKV_SIM_FMA=0) in the generic one. Same kernel body, same IEEE
+// operations: every output byte identical, on launches of every specialised kind (both styles,
+// both q dtypes, fp8 caches, f32 tables, fp8_ds_mla, fast_v3, q pairs, decode outputs).
+TEST_CASE("sim: the portable copy (ROPEKV_SIM_FMA=0) writes the same bytes as the default copy") {
+  const std::string base = "tq=5 ts=6 tk=7 h=16 dn=512 dr=64 p=300 bs=16 nb=2 seed=9 rope_table=deepseek-v3 ";
+  struct copy_case {
+    std::string repro;
+    bool no_v4;      // rk_variant_override::no_v4 (fast_v3)
+    int q_pairs;     // rk_variant_override::v4_q_pairs
+  };
+  const std::vector<copy_case> cases = {
+      {base, false, 0},
+      {base + "style=neox", false, 1},
+      {base + "in=f16 qo=f16 cache=f16 style=neox table_dtype=f32", false, 0},
+      {base + "cache=fp8_e4m3fn k_scale=0.37", false, 1},
+      {base + "in=f16 qo=f16 cache=fp8_e5m2fnuz k_scale=0.5", false, 0},
+      {base + "layout=fp8_ds_mla cache=u8", false, 0},
+      {base + "layout=fp8_ds_mla cache=u8 ds_scale=pow2 style=neox", false, 1},
+      {base + "dec_out=qzk dec=3", false, 1},
+      {base + "cache=fp8_e4m3fn k_scale=0.37", true, 0},
+  };
+  const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
+  for (const copy_case& cc : cases) {
+    INFO(cc.repro, " no_v4=", cc.no_v4, " qp=", cc.q_pairs);
+    ropekv_gpu::rk_variant_override ov;
+    ov.no_v4 = cc.no_v4;
+    ov.v4_q_pairs = cc.q_pairs;
+    ropekv_gpu::rk_variant_overrides() = ov;
+    const problem p = parse_problem(cc.repro);
+    case_data initial = make_case(p);
+    case_data ref = initial.clone(), fast = initial.clone(), portable = initial.clone();
+    make_cpu_backend()->run_host(ref.args, ref.regions());
+    auto sim = make_sim_backend();
+    sim->run_host(fast.args, fast.regions());
+    CHECK(sim->last_variant().rfind(cc.no_v4 ? "fast_v3" : "fast_v4", 0) == 0);
+    ::setenv("ROPEKV_SIM_FMA", "0", 1);
+    make_sim_backend()->run_host(portable.args, portable.regions());
+    ::unsetenv("ROPEKV_SIM_FMA");
+    for (const auto& [name, buf] : fast.buffers) {
+      const host_buffer& b = portable.buffers.at(name);
+      CHECK_MESSAGE(std::memcmp(buf.data(), b.data(), buf.size_bytes()) == 0, name);
+    }
+    const case_report rep = compare_runs(initial, ref, fast, compare_options{});
+    INFO(format_case_report(rep, true));
+    CHECK(rep.outcome == case_outcome::passed);
+  }
+  ropekv_gpu::rk_variant_overrides() = saved;
+}
 // rows (the same values, rounded the same way).
 TEST_CASE("sim vs reference: decode outputs, every N, bit for bit where the contract says so") {
   const std::string common = "tq=5 ts=6 tk=8 h=3 p=50 seed=5 inplace_q=1 inplace_k=1 ";
