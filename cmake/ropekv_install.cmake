@@ -46,11 +46,6 @@ if(TARGET ropekv_hip)
   set(ROPEKV_HAVE_GPU_TARGET TRUE)
 endif()
 
-# The Python wheel (pip install . sets ROPEKV_PYTHON_MODULE) installs only its module.
-if(ROPEKV_PYTHON_MODULE)
-  return()
-endif()
-
 install(TARGETS ${ROPEKV_EXPORTED} EXPORT ropekv_targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS ropekv RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

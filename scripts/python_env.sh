@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python side of the set-up, run by both README commands: the venv $ROPEKV_BUILD_DIR/venv
 # (default build/venv) with exactly the lock tests/python/requirements.txt (remade only when the
-# lock changed), and the ropekv Python package built from this tree into it (pip install .,
-# incremental: build/py keeps its objects). Needs scripts/setup.sh's packages first.
+# lock changed), and the ropekv Python package built from this tree into it (pip install ., in
+# setup.sh's build folder: only the module is compiled there). Needs scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${ROPEKV_BUILD_DIR:-build}"
@@ -19,9 +19,21 @@ if [ ! -f "$stamp" ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
   cp tests/python/requirements.txt "$stamp"
 fi
 
-# The Python package, built from this tree into the venv (incremental: build/py keeps its objects).
+# The Python package, built from this tree into the venv. Where scripts/setup.sh has configured
+# $build_dir, pip builds in it with the options it holds (generator, tests, examples): the
+# libraries are already compiled there with the same flags, so only the module itself is.
+# Otherwise pip builds in its own folder, build/py (incremental too).
 echo "python_env: installing the ropekv Python package into $venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . \
+pip_args=(-q --disable-pip-version-check --no-build-isolation --no-deps)
+if [ -f "$build_dir/CMakeCache.txt" ]; then
+  cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" | head -n 1; }
+  export CMAKE_GENERATOR="$(cache_value CMAKE_GENERATOR)"
+  export CMAKE_BUILD_PARALLEL_LEVEL="${ROPEKV_JOBS:-$(nproc)}"
+  pip_args+=(-C "build-dir=$build_dir"
+             -C "cmake.define.ROPEKV_BUILD_TESTS=$(cache_value ROPEKV_BUILD_TESTS)"
+             -C "cmake.define.ROPEKV_BUILD_EXAMPLES=$(cache_value ROPEKV_BUILD_EXAMPLES)")
+fi
+"$venv/bin/python" -m pip install "${pip_args[@]}" . \
   >"$build_dir/pip-install.log" 2>&1 || { tail -n 40 "$build_dir/pip-install.log"; exit 1; }
 
 echo "python_env: ropekv package -> $venv (use $venv/bin/python; import ropekv)"
