@@ -33,7 +33,9 @@ if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== C++ unit tests under ASan + UBSan"
   asan=build-asan
   if [ ! -f $asan/CMakeCache.txt ]; then
-    cmake -S . -B $asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROPEKV_SANITIZE=ON >/dev/null
+    # -O1 -g1: the checks and line numbers of a stack trace, at about half the compile time of -O2 -g
+    cmake -S . -B $asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      -DROPEKV_SANITIZE=ON >/dev/null
   fi
   if cmake --build $asan -j "$jobs" --target ropekv_tests >$asan/build.log 2>&1; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
