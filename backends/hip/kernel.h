@@ -1395,30 +1395,45 @@ ROPEKV_DEVICE uint32_t rk_amax_bits16x8(const uint32_t* w, uint32_t inf, uint32_
   return m;
 }
 ROPEKV_DEVICE uint32_t rk_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+// One level of two max trees: a[c] = max(a[c], a[c + S]) for c < S, and so b.
+template <int S>
+ROPEKV_DEVICE void rk_max_fold(uint32_t* a, uint32_t* b) {
+  ROPEKV_UNROLL
+  for (int c = 0; c < S; ++c) {
+    a[c] = rk_max_u32(a[c], a[c + S]);
+    b[c] = rk_max_u32(b[c], b[c + S]);
+  }
+}
 // A tile's amax bits (NaN skipped) from its 16 chunks: the maxima of the low halves and of the
 // high halves (sign bits cleared; a word's high magnitude decides its order) as two trees of
-// depth 6 rather than one chain of 128 dependent selects; a tile holding a NaN (a maximum
-// above `inf`) takes the chain, which skips NaNs.
-ROPEKV_DEVICE uint32_t rk_ds_tile_amax_bits(const uint32_t (*w)[4], uint32_t inf) {
+// depth 6 rather than one chain of 128 dependent selects. All 16 chunk loads are in flight at
+// once (one round trip) and each chunk folds into two words as it arrives, so no chunk stays
+// live past its fold. A tile holding a NaN (a maximum above `inf`) reads its chunks again (L1)
+// and takes the chain, which skips NaNs.
+ROPEKV_DEVICE uint32_t rk_ds_tile_amax_bits(const char* tile, uint32_t inf) {
   uint32_t lo[16], hi[16];
   ROPEKV_UNROLL
   for (int c = 0; c < 16; ++c) {
-    lo[c] = rk_max_u32(rk_max_u32(w[c][0] & 0x7fffu, w[c][1] & 0x7fffu), rk_max_u32(w[c][2] & 0x7fffu, w[c][3] & 0x7fffu));
-    hi[c] = rk_max_u32(rk_max_u32(w[c][0] & 0x7fffffffu, w[c][1] & 0x7fffffffu),
-                       rk_max_u32(w[c][2] & 0x7fffffffu, w[c][3] & 0x7fffffffu));
+    uint32_t w[4];
+    rk_load_words(tile + c * 16, 16, w);
+    lo[c] = rk_max_u32(rk_max_u32(w[0] & 0x7fffu, w[1] & 0x7fffu), rk_max_u32(w[2] & 0x7fffu, w[3] & 0x7fffu));
+    hi[c] = rk_max_u32(rk_max_u32(w[0] & 0x7fffffffu, w[1] & 0x7fffffffu),
+                       rk_max_u32(w[2] & 0x7fffffffu, w[3] & 0x7fffffffu));
   }
-  ROPEKV_UNROLL
-  for (int s = 8; s >= 1; s >>= 1) {
-    ROPEKV_UNROLL
-    for (int c = 0; c < s; ++c) {
-      lo[c] = rk_max_u32(lo[c], lo[c + s]);
-      hi[c] = rk_max_u32(hi[c], hi[c + s]);
-    }
-  }
+  // the tree's levels written out: a loop over s = 8, 4, 2, 1 is not unrolled by nvcc, which
+  // then keeps lo and hi in local memory
+  rk_max_fold<8>(lo, hi);
+  rk_max_fold<4>(lo, hi);
+  rk_max_fold<2>(lo, hi);
+  rk_max_fold<1>(lo, hi);
   const uint32_t m = rk_max_u32(lo[0], hi[0] >> 16);
   if (m <= inf) return m;
   uint32_t r = 0u;
-  for (int c = 0; c < 16; ++c) r = rk_amax_bits16x8(w[c], inf, r);
+  for (int c = 0; c < 16; ++c) {
+    uint32_t w[4];
+    rk_load_words(tile + c * 16, 16, w);
+    r = rk_amax_bits16x8(w, inf, r);
+  }
   return r;
 }
 template <class S, int D>
@@ -1462,11 +1477,7 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
   rk_load_words(kv_row + lane * 32, 16, own[0]);
   rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
   const uint32_t inf = kt == rk_bf16 ? 0x7f80u : 0x7c00u;
-  // all 16 chunk loads in flight at once (one round trip, not four)
-  uint32_t w[16][4];
-  ROPEKV_UNROLL
-  for (int c = 0; c < 16; ++c) rk_load_words(tile + c * 16, 16, w[c]);
-  const uint32_t m = rk_ds_tile_amax_bits(w, inf);
+  const uint32_t m = rk_ds_tile_amax_bits(tile, inf);
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
   const float scale = rk_ds_tile_scale(rk_decode(kt, m), p.ds_pow2);
   float v[16];
