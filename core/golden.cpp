@@ -15,8 +15,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/validate.h"
 
 #ifndef ROPEKV_VERSION
 #define ROPEKV_VERSION "unknown"
@@ -347,13 +350,38 @@ void write_golden(const std::string& path, const golden_file& f, const golden_wr
   write_file(path, le_u64(text.size()) + text, chunks);
 }
 
+namespace {
+void write_npy_files(const std::string& dir, const golden_file& f, const stored_form& s);
+}  // namespace
+
 void write_golden_npy(const std::string& dir, const case_data& before, const case_data& after,
                       const golden_write_options& opt) {
   const golden_file f = make_golden(before, after);
   const stored_form s = stored_form_of(f, opt);
+  // Every file goes into a new folder beside `dir`, which then replaces `dir` whole
+  // (install_folder): no stale file of an earlier case, no symlink followed, no half a case.
+  const std::string final_dir = dir;
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) file_error(dir, "", "a folder that can be created", ec.message());
+  const std::filesystem::path parent = std::filesystem::path(dir).lexically_normal().parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) file_error(parent.string(), "", "a folder that can be created", ec.message());
+  const std::string tmp_dir = std::filesystem::path(dir).lexically_normal().string() + ".tmp." +
+                              std::to_string(::getpid());
+  std::filesystem::remove_all(tmp_dir, ec);
+  if (!std::filesystem::create_directory(tmp_dir, ec) || ec)
+    file_error(tmp_dir, "", "a folder that can be created", ec ? ec.message() : "it exists");
+  try {
+    write_npy_files(tmp_dir, f, s);
+  } catch (...) {
+    std::filesystem::remove_all(tmp_dir, ec);
+    throw;
+  }
+  install_folder(tmp_dir, final_dir, "");
+}
+
+namespace {
+
+void write_npy_files(const std::string& dir, const golden_file& f, const stored_form& s) {
   json tensors = json::object();
   for (const auto& [name, t] : s.tensors) {
     std::string shape = "(";
@@ -383,6 +411,8 @@ void write_golden_npy(const std::string& dir, const case_data& before, const cas
   write_file(dir + "/meta.json", meta.dump(2) + "\n", {});
 }
 
+}  // namespace
+
 namespace {
 
 // Bytes per element of every safetensors dtype (0: sub-byte or unknown; such a tensor can be
@@ -394,23 +424,6 @@ int64_t safetensors_elem_size(const std::string& d) {
       {"I32", 4}, {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}, {"C64", 8}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
-}
-
-std::vector<uint8_t> read_whole_file(const std::string& path) {
-  // A directory opens as an ifstream on Linux; reading it throws a libstdc++ message without the
-  // path. Name it here.
-  std::error_code dir_ec;
-  if (std::filesystem::is_directory(path, dir_ec)) file_error(path, "", "a file", "a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) file_error(path, "", "a readable file", std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  try {
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::exception& e) {
-    file_error(path, "", "a readable file", e.what());
-  }
-  if (in.bad()) file_error(path, "", "a readable file", "a read error");
-  return bytes;
 }
 
 // numel of a shape read from a file, bounded (2^40 elements) so that byte counts cannot overflow.
@@ -427,22 +440,49 @@ uint64_t checked_numel(const std::vector<int64_t>& shape, const std::string& pat
   return numel;
 }
 
+// The header's JSON, parsed strictly: a key repeated in one object is an error (the JSON library
+// keeps the last one silently), as is anything but spaces after the closing brace (the format pads
+// with spaces; a NUL-padded header is not one a writer made).
+json parse_header_strictly(const std::string& text, const std::string& path) {
+  const size_t close = text.find_last_not_of(' ');
+  if (close == std::string::npos || text[close] != '}' || text.find('\0') != std::string::npos)
+    file_error(path, "header", "a JSON object padded with spaces only", "other bytes (e.g. NUL padding)");
+  std::vector<std::set<std::string>> keys;
+  std::string repeated;
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.empty() && parsed.is_string() &&
+             !keys.back().insert(parsed.get<std::string>()).second && repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  json header = json::parse(text, cb, /*allow_exceptions=*/false);
+  if (header.is_discarded()) file_error(path, "header", "valid JSON", "unparseable text");
+  if (!repeated.empty()) file_error(path, "header", "each key once per object", "'" + repeated + "' twice");
+  return header;
+}
+
 tensor_file read_safetensors(const std::string& path) {
-  const std::vector<uint8_t> bytes = read_whole_file(path);
-  const uint64_t size = bytes.size();
+  // Header first: its length is checked against the file's size before anything else is read,
+  // and the data is read tensor by tensor, so a huge, sparse or endless file costs nothing.
+  const input_file in(path);
+  const uint64_t size = in.size();
   if (size < 8)
     file_error(path, "size", "at least 8 bytes (the safetensors header length)", fmt::format("{} bytes", size));
+  uint8_t len_bytes[8];
+  in.read_at(0, len_bytes, 8, "header length");
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<size_t>(i)];
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > size - 8 || header_len > max_header_bytes || header_len < 2)
     file_error(path, "header length", fmt::format("2 .. {} (file size {} - 8)",
                                                   std::min<uint64_t>(size - 8, max_header_bytes), size),
                std::to_string(header_len));
-  const uint8_t* data = bytes.data() + 8 + header_len;
-  const uint64_t data_size = size - 8 - header_len;
-  json header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(header_len),
-                            nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) file_error(path, "header", "valid JSON", "unparseable text");
+  std::string header_text(static_cast<size_t>(header_len), ' ');
+  in.read_at(8, header_text.data(), header_len, "header");
+  const uint64_t data_at = 8 + header_len;
+  const uint64_t data_size = size - data_at;
+  json header = parse_header_strictly(header_text, path);
   if (!header.is_object()) file_error(path, "header", "a JSON object", header.type_name());
 
   tensor_file tf;
@@ -455,6 +495,12 @@ tensor_file read_safetensors(const std::string& path) {
       tf.metadata[it.key()] = it->get<std::string>();
     }
   }
+  struct extent {
+    uint64_t begin, end;
+    std::string name;
+    bool operator<(const extent& o) const { return std::tie(begin, end, name) < std::tie(o.begin, o.end, o.name); }
+  };
+  std::vector<extent> extents;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
@@ -484,8 +530,27 @@ tensor_file read_safetensors(const std::string& path) {
       file_error(path, where + " data_offsets", fmt::format("0 <= begin <= end <= {} (data bytes)", data_size),
                  fmt::format("[{}, {}]", begin, end));
     (void)numel;  // the byte count is checked against the dtype the tensor is read as
-    t.bytes.assign(data + begin, data + end);
+    t.bytes.resize(static_cast<size_t>(end - begin));
+    extents.push_back({begin, end, name});
     tf.tensors.emplace(name, std::move(t));
+  }
+  // The data is exactly the tensors, one after another: no overlap, no hole, no trailing bytes.
+  std::sort(extents.begin(), extents.end());
+  uint64_t covered = 0;
+  for (const extent& e : extents) {
+    if (e.begin == e.end) continue;
+    if (e.begin != covered)
+      file_error(path, "tensor " + e.name + " data_offsets",
+                 fmt::format("to start at byte {} (tensors back to back, no overlap or hole)", covered),
+                 fmt::format("[{}, {}]", e.begin, e.end));
+    covered = e.end;
+  }
+  if (covered != data_size)
+    file_error(path, "size", fmt::format("{} bytes (header and tensor data)", data_at + covered),
+               fmt::format("{} bytes ({} trailing)", size, data_size - covered));
+  for (auto& [name, t] : tf.tensors) {
+    auto e = std::find_if(extents.begin(), extents.end(), [&](const extent& x) { return x.name == name; });
+    in.read_at(data_at + e->begin, t.bytes.data(), t.bytes.size(), "tensor " + name);
   }
   return tf;
 }
@@ -609,8 +674,8 @@ tensor_file read_npy_folder(const std::string& dir) {
   if (ec) file_error(dir, "", "a readable folder", ec.message());
   const std::string meta_path = dir + "/meta.json";
   if (std::filesystem::exists(meta_path, ec)) {
-    const std::vector<uint8_t> text = read_whole_file(meta_path);
-    json meta = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    const std::string text = read_small_file(meta_path, max_header_bytes);
+    json meta = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (meta.is_discarded() || !meta.is_object()) file_error(meta_path, "", "a JSON object", "something else");
     for (auto it = meta.begin(); it != meta.end(); ++it) {
       if (it->is_string()) tf.metadata[it.key()] = it->get<std::string>();
@@ -626,27 +691,32 @@ tensor_file read_npy_folder(const std::string& dir) {
 }  // namespace
 
 file_tensor read_npy(const std::string& path) {
-  const std::vector<uint8_t> b = read_whole_file(path);
-  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0)
+  // Header first (magic, version, header length, dict), then the data size it implies against
+  // the file's size, then the data: a huge or endless file is refused before it is read.
+  const input_file in(path);
+  const uint64_t size = in.size();
+  uint8_t pre[12] = {};
+  if (size >= 10) in.read_at(0, pre, std::min<uint64_t>(size, 12), "magic");
+  if (size < 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
     file_error(path, "magic", "an .npy file (\\x93NUMPY, 10+ bytes)",
-               b.size() < 10 ? fmt::format("{} bytes", b.size()) : "other bytes");
-  const int major = b[6];
-  size_t header_len = 0, header_at = 0;
+               size < 10 ? fmt::format("{} bytes", size) : "other bytes");
+  const int major = pre[6];
+  uint64_t header_len = 0, header_at = 0;
   if (major == 1) {
-    header_len = b[8] | (size_t{b[9]} << 8);
+    header_len = pre[8] | (uint64_t{pre[9]} << 8);
     header_at = 10;
   } else if (major == 2 || major == 3) {
-    if (b.size() < 12) file_error(path, "size", "at least 12 bytes (npy 2.0 header length)", fmt::format("{} bytes", b.size()));
-    header_len = b[8] | (size_t{b[9]} << 8) | (size_t{b[10]} << 16) | (size_t{b[11]} << 24);
+    if (size < 12) file_error(path, "size", "at least 12 bytes (npy 2.0 header length)", fmt::format("{} bytes", size));
+    header_len = pre[8] | (uint64_t{pre[9]} << 8) | (uint64_t{pre[10]} << 16) | (uint64_t{pre[11]} << 24);
     header_at = 12;
   } else {
-    file_error(path, "version", "1.0, 2.0 or 3.0", fmt::format("{}.{}", major, static_cast<int>(b[7])));
+    file_error(path, "version", "1.0, 2.0 or 3.0", fmt::format("{}.{}", major, static_cast<int>(pre[7])));
   }
-  if (header_len > b.size() - header_at)
-    file_error(path, "header length", fmt::format("at most {} (file size {})", b.size() - header_at, b.size()),
+  if (header_len > size - header_at)
+    file_error(path, "header length", fmt::format("at most {} (file size {})", size - header_at, size),
                fmt::format("{} (truncated)", header_len));
-  const std::string header(b.begin() + static_cast<int64_t>(header_at),
-                           b.begin() + static_cast<int64_t>(header_at + header_len));
+  std::string header(static_cast<size_t>(header_len), ' ');
+  in.read_at(header_at, header.data(), header_len, "header");
   const npy_header h = parse_npy_header(header, path);
   if (h.fortran_order)
     file_error(path, "fortran_order", "False (C order: save np.ascontiguousarray(x))", "True");
@@ -658,11 +728,12 @@ file_tensor read_npy(const std::string& path) {
   std::string shape_text = json(h.shape).dump();
   const uint64_t numel = checked_numel(t.shape, path, "shape", shape_text);
   const uint64_t nbytes = numel * static_cast<uint64_t>(t.elem_size);
-  const uint64_t have = b.size() - header_at - header_len;
+  const uint64_t have = size - header_at - header_len;
   if (have != nbytes)
     file_error(path, "data", fmt::format("{} bytes for shape {} of {}", nbytes, shape_text, t.dtype),
                fmt::format("{} bytes{}", have, have < nbytes ? " (truncated)" : ""));
-  t.bytes.assign(b.begin() + static_cast<int64_t>(header_at + header_len), b.end());
+  t.bytes.resize(static_cast<size_t>(nbytes));
+  in.read_at(header_at + header_len, t.bytes.data(), nbytes, "data");
   return t;
 }
 
@@ -950,6 +1021,14 @@ golden_case load_golden_case(const std::string& path) {
   g.initial = make_case(g.file.prob);
   for (const auto& [name, t] : g.file.tensors)
     if (!is_expected(name)) scatter(t, view_named(g.initial.args, name), name);
+  // The file's call must be one the contract accepts (slots within the cache and distinct,
+  // positions within the table, ...): a bad file is the file's error, named as such, before any
+  // backend runs, never an ERRORED case blamed on the kernel.
+  try {
+    validate(g.initial.args);
+  } catch (const arg_error& e) {
+    file_error(path, e.arg(), e.expected(), e.got());
+  }
   g.expected = g.initial.clone();
   for (const auto& [name, t] : g.file.tensors)
     if (is_expected(name)) scatter(t, view_named(g.expected.args, name), name);

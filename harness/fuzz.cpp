@@ -293,6 +293,10 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
                                : (total - opt.shard_index + opt.shard_count - 1) / opt.shard_count;
 
   for (int64_t i = 0;; ++i) {
+    if (opt.stop_requested && opt.stop_requested()) {
+      s.interrupted = true;
+      break;
+    }
     if (opt.repro) {
       if (i >= 1) break;
     } else {
@@ -419,6 +423,7 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
                      opt.profile == fuzz_profile::any ? std::string()
                                                       : fmt::format(", profile {}", fuzz_profile_name(opt.profile)),
                      opt.shard_index, opt.shard_count, s.cases_run, s.elapsed_s);
+  if (s.interrupted) out << fmt::format("interrupted after {} cases: the campaign did not finish\n", s.cases_run);
   if (!s.variants.empty()) {
     std::string line = fmt::format("{} kernels:", opt.backend_b);
     for (const auto& [v, n] : s.variants) line += fmt::format(" {} x{}", v, n);
@@ -551,7 +556,8 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
           {"variants", variants},
           {"numerics", numerics},
           {"cases", cases},
-          {"summary", summary_line(s.counts)}};
+          {"summary", summary_line(s.counts)},
+          {"interrupted", s.interrupted}};
 }
 
 fuzz_counts counts_of_report(const nlohmann::json& r) {

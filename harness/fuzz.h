@@ -59,6 +59,9 @@ struct fuzz_options {
   std::string pins;                    // `--pin`: keys every drawn problem keeps (repro syntax)
   bool isolate = false;                // `--isolate`: backend b runs in a forked child per call
                                        // (harness/isolate.h); a crash is an ERRORED case
+  std::function<bool()> stop_requested;  // asked before each case: true stops the campaign
+                                         // (SIGINT/SIGTERM in the CLI); the summary and report
+                                         // then say "interrupted"
   std::string replay_prefix;           // replay lines start with this instead of
                                        // "ropekv fuzz --backends A,B" (e.g. the Python CLI's)
 };
@@ -89,6 +92,7 @@ struct fuzz_summary {
   int64_t cases_run = 0;
   int64_t next_index = 0;                      // first case index not looked at
   double elapsed_s = 0;
+  bool interrupted = false;                    // stopped by stop_requested before its end
 };
 
 // Runs `prob` on backends a and b (each on its own clone of the poisoned case) and compares.

@@ -9,7 +9,7 @@ mkdir -p "$out"
 rm -f "$out"/*.safetensors
 while read -r name repro; do
   [ -z "$name" ] || [ "${name#\#}" != "$name" ] && continue
-  "$bin" golden write --repro "$repro" --out "$out/$name.safetensors" >/dev/null
+  "$bin" golden write --force --repro "$repro" --out "$out/$name.safetensors" >/dev/null
   size=$(stat -c %s "$out/$name.safetensors")
   [ "$size" -lt 1048576 ] || { echo "$name: $size bytes, over 1 MB" >&2; exit 1; }
   echo "$name ($size bytes)"

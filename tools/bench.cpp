@@ -348,6 +348,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
       ->capture_default_str();
   b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
   b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
+  b->add_flag("--force", o.force, "--json may replace an existing file");
   b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"
             "  ropekv bench --backend sim --case deepseek-v3:32 --cache bf16\n"
             "  ropekv bench --variant auto,general --json out.json\n"
@@ -370,7 +371,10 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   if (o.calls_per_graph < 1 || o.calls_per_graph > 1000) throw arg_error("--calls-per-graph", "1..1000", std::to_string(o.calls_per_graph));
   if (o.copy_mb < 1 || o.copy_mb > 65536) throw arg_error("--copy-mb", "1..65536", std::to_string(o.copy_mb));
   if (o.cold && !gpu) throw arg_error("--cold", "the hip backend", bname);
-  if (!o.json.empty()) check_writable_path(o.json, "--json");  // before the measurements, not after
+  if (!o.json.empty()) {  // before the measurements, not after
+    check_writable_path(o.json, "--json");
+    check_new_output(o.json, o.force, "--json");
+  }
   const std::vector<std::string> modes = split_list(o.modes, ',', "--mode");
   for (const std::string& m : modes) {
     if (m != "copy" && m != "zero_copy") throw arg_error("--mode", "copy or zero_copy", m);

@@ -17,6 +17,7 @@ class App;
 namespace ropekv {
 
 struct bench_opts {
+  bool force = false;  // --json may replace an existing file
   std::string backend;                 // "" = hip when compiled in and a GPU is visible, else ref
   std::vector<std::string> cases;      // PRESET:TOKENS; empty = the default list for the backend
   std::vector<std::string> repros;     // extra cases (repro strings), run as given

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -324,7 +325,35 @@ int cmd_run(cli_state& st, const run_opts& o) {
   return 0;
 }
 
+// SIGINT / SIGTERM. While a fuzz campaign runs, the first one stops it between two cases (the
+// report written so far is then kept, marked "interrupted"); otherwise, or on a second signal,
+// the temporary file being written is removed and the process ends by the signal, so that no
+// target is ever left half-written (the old file stays until a complete new one is renamed over it).
+volatile std::sig_atomic_t stop_signal = 0;
+volatile std::sig_atomic_t stop_between_cases = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (stop_between_cases && stop_signal == 0) {
+    stop_signal = sig;
+    return;
+  }
+  remove_pending_temp_file();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
 struct fuzz_cli_opts {
+  bool force = false;
   std::string backends, time, repro, dump, json, shard;
   int64_t cases = -1;
   uint64_t seed = 1;
@@ -386,15 +415,34 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   if (o.max_failures < 0) throw arg_error("--max-failures", ">= 0", std::to_string(o.max_failures));
   f.max_failures = o.max_failures;
   // fail before the campaign, not after it, and create nothing yet
-  if (!o.json.empty()) check_writable_path(o.json, "--json");
+  if (!o.json.empty()) {
+    check_writable_path(o.json, "--json");
+    check_new_output(o.json, o.force, "--json");
+  }
   if (!o.dump.empty()) check_writable_folder(o.dump, "--dump");
   f.variant = o.variant;
   f.pins = o.pin;
   if (!f.pins.empty()) check_pins(f.pins);
   f.isolate = o.isolate;
   f = with_registry(f);
-  fuzz_summary s = run_fuzz(f, st.out, st.tty);
+  f.stop_requested = [] { return stop_signal != 0; };
+  stop_between_cases = 1;
+  fuzz_summary s;
+  try {
+    s = run_fuzz(f, st.out, st.tty);
+  } catch (...) {
+    stop_between_cases = 0;
+    throw;
+  }
   if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
+  stop_between_cases = 0;
+  if (s.interrupted) {
+    const int sig = stop_signal;
+    st.out << fmt::format("stopped by {}{}\n", signal_name(sig),
+                          o.json.empty() ? std::string()
+                                         : ": the report of the cases run is in " + o.json + ", marked interrupted");
+    return 128 + sig;
+  }
   return (s.counts.failed + s.counts.errored) > 0 ? 1 : 0;
 }
 
@@ -417,6 +465,7 @@ int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const
 }
 
 struct golden_write_opts {
+  bool force = false;
   std::string preset, repro, out, format = "safetensors", inputs;
   int64_t table_rows = 2048;
   bool store_all = false;
@@ -445,6 +494,9 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
   int sources = !o.preset.empty() + !o.repro.empty() + (o.random > 0);
   if (sources != 1) throw arg_error("golden write", "exactly one of --preset, --repro, --random N", fmt::format("{} given", sources));
   if (!o.pin.empty() && o.random == 0) throw arg_error("--pin", "--random N with it", "--pin alone");
+  // an existing file or a folder with files in it is replaced only when asked, and checked before
+  // the reference runs
+  check_new_output(o.out, o.force, "--out");
   if (o.random > 0) {
     if (!o.pin.empty()) check_pins(o.pin);
     std::filesystem::create_directories(o.out);
@@ -502,6 +554,12 @@ int print_case_outcome(cli_state& st, const case_record& rec, const std::string&
 struct golden_cmp_opts {
   int64_t max_ulp = 1;
   bool strict = false;
+  bool force = false;  // --json may replace an existing file
+  void check_json(const std::string& json) const {
+    if (json.empty()) return;
+    check_writable_path(json, "--json");
+    check_new_output(json, force, "--json");
+  }
   std::string numerics = "fp32";
   compare_options options() const {
     return make_compare_options(max_ulp, strict, false, numerics, true, "--max-ulp", "--numerics");
@@ -514,6 +572,7 @@ struct golden_cmp_opts {
     return f;
   }
   void add_to(CLI::App* cmd) {
+    cmd->add_flag("--force", force, "--json may replace an existing file");
     cmd->add_option("--max-ulp", max_ulp, "Rope ULP tolerance")->transform(decimal_in(0, int64_t{1} << 32))->capture_default_str();
     cmd->add_flag("--strict", strict, "Drop the rope allowance of the numerics model");
     cmd->add_option("--numerics", numerics,
@@ -525,6 +584,7 @@ struct golden_cmp_opts {
 
 int cmd_golden_compare(cli_state& st, const std::string& file, const std::string& got,
                        const golden_cmp_opts& o, const std::string& json) {
+  o.check_json(json);
   golden_compare_result r = compare_golden_outputs(file, got, o.options());
   r.rec.replay = fmt::format("ropekv golden compare {} --got {}{}", file, got, o.replay_flags());
   if (!r.ignored.empty()) st.out << "ignored: " << joined(r.ignored) << "\n";
@@ -533,6 +593,7 @@ int cmd_golden_compare(cli_state& st, const std::string& file, const std::string
 
 int cmd_golden_check(cli_state& st, const std::string& file, const std::string& backend_name,
                      const golden_cmp_opts& o, const std::string& json) {
+  o.check_json(json);
   std::string bname = canonical_backend_name(backend_name);
   std::unique_ptr<backend> be = find_backend(bname)();
   case_record rec = check_golden_file(file, *be, o.options());
@@ -611,7 +672,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                  "Run the tested backend in a forked child per call: a crash (e.g. a plugin's SIGSEGV) is an ERRORED case with its repro, the campaign goes on");
   fuzz->add_option("--shrink-time", fo.shrink_time, "Time budget for shrinking one failure")->capture_default_str();
   fuzz->add_option("--dump", fo.dump, "Write each failure as a golden-format file into this folder")->check(non_empty);
-  fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json)")->check(non_empty);
+  fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json); on SIGINT/SIGTERM the cases run so far, marked interrupted")->check(non_empty);
+  fuzz->add_flag("--force", fo.force, "--json may replace an existing file");
   fuzz->add_option("--variant", fo.variant,
                    "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
                    "general); auto = the launch plan's choice")
@@ -647,6 +709,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
       ->check(non_empty);
   gwrite->add_option("--out", gw.out, "Output file (folder for --format npy or --random)")->check(non_empty)->required();
   gwrite->add_option("--format", gw.format, "safetensors or npy")->capture_default_str();
+  gwrite->add_flag("--force", gw.force, "Replace an existing --out (a file, or a folder whole)");
   gwrite->add_option("--inputs", gw.inputs,
                      "Your inputs (safetensors or npy folder: q_nope q_pe kv_c k_pe positions slot_mapping "
                      "cos_sin | cos sin) for the problem of --repro / --preset")
@@ -738,6 +801,7 @@ int cli_main(const std::vector<std::string>& args) {
 }
 
 int cli_main(int argc, char** argv) {
+  install_stop_handlers();
   std::vector<std::string> args(argv + 1, argv + argc);
   return cli_main(args);
 }

@@ -412,6 +412,7 @@ TEST_CASE("ropekv bench on sim and ref: table and JSON") {
     o.budget_s = 0.01;
     o.copy_mb = 8;
     o.json = json;
+    o.force = true;  // the second backend's run replaces the first one's file
     std::ostringstream out, err;
     REQUIRE(run_bench(o, out, err) == 0);
     INFO(out.str());

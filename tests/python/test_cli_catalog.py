@@ -9,6 +9,7 @@ failing (XPASS) the day the CLI is fixed, so the mark must then be removed. None
 Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
 (-v lists every case with its id).
 """
+import json
 import os
 import struct
 import subprocess
@@ -57,6 +58,42 @@ def golden_files(ropekv_bin, tmp_path_factory):
     header = data[8: 8 + header_len]
     assert header.count(b'"BF16"') >= 1
     write("unknown_dtype", data[:8] + header.replace(b'"BF16"', b'"QQ16"', 1) + data[8 + header_len:])
+    write("trailing_bytes", data + b"xx")
+    nul = header.rstrip(b" ") + b"\0" * 8
+    nul += b"\0" * ((8 - len(nul) % 8) % 8)
+    write("nul_padded_header", struct.pack("<Q", len(nul)) + nul + data[8 + header_len:])
+    hj = json.loads(header)
+    first = sorted((k for k in hj if k != "__metadata__"), key=lambda k: hj[k]["data_offsets"][0])
+    dup = b"{" + json.dumps({first[0]: hj[first[0]]})[1:-1].encode() + b"," + header[1:]
+    dup += b" " * ((8 - len(dup) % 8) % 8)
+    write("duplicate_key", struct.pack("<Q", len(dup)) + dup + data[8 + header_len:])
+    over = dict(hj)
+    e = dict(hj[first[1]])
+    e["data_offsets"] = [0, e["data_offsets"][1] - e["data_offsets"][0]]
+    over[first[1]] = e
+    ot = json.dumps(over).encode()
+    ot += b" " * ((8 - len(ot) % 8) % 8)
+    write("overlapping_offsets", struct.pack("<Q", len(ot)) + ot + data[8 + header_len:])
+
+    def edit_i64(name, tensor, edit):
+        b, e = hj[tensor]["data_offsets"]
+        vals = list(struct.unpack(f"<{(e - b) // 8}q", data[8 + header_len + b: 8 + header_len + e]))
+        edit(vals)
+        body = bytearray(data)
+        body[8 + header_len + b: 8 + header_len + e] = struct.pack(f"<{len(vals)}q", *vals)
+        write(name, bytes(body))
+
+    edit_i64("slot_beyond_cache", "slot_mapping", lambda v: v.__setitem__(0, 10**6))
+    edit_i64("slot_twice", "slot_mapping", lambda v: v.__setitem__(1, v[0]))
+    edit_i64("position_beyond_table", "positions", lambda v: v.__setitem__(0, 10**6))
+    fifo = d / "fifo.safetensors"
+    os.mkfifo(fifo)
+    files["fifo"] = fifo
+    files["dev_zero"] = Path("/dev/zero")
+    sparse = d / "sparse.safetensors"
+    with open(sparse, "wb") as f:
+        f.truncate(12 << 30)  # 12 GiB of holes: refused on its 8-byte header, never read
+    files["sparse"] = sparse
     return files
 
 
@@ -205,16 +242,32 @@ USAGE_CASES = [
     pytest.param(["bench", "--backend", "ref", "--json", "{tmp}/no/r.json"], ["--json", "existing folder"],
                  id="bench: report in a missing folder"),
     pytest.param(["report", "merge", "{tmp}/missing.json"], ["missing.json"], id="report merge: missing file"),
+    # an existing output is replaced only with --force (the pre-existing file is made by the test)
+    pytest.param(["golden", "write", "--repro", SMALL_REPRO, "--out", "{tmp}/existing"], ["--out", "--force", "existing file"],
+                 id="golden write onto an existing file"),
+    pytest.param(["golden", "write", "--repro", SMALL_REPRO, "--format", "npy", "--out", "{tmp}/folder"],
+                 ["--out", "folder with files"], id="golden write npy into a non-empty folder"),
+    pytest.param(["golden", "write", "--random", "2", "--out", "{tmp}/folder"], ["--out", "folder with files"],
+                 id="golden write --random into a non-empty folder"),
+    pytest.param(["bench", "--backend", "ref", "--case", "deepseek-v3:1", "--json", "{tmp}/existing"], ["--json", "--force"],
+                 id="bench: --json onto an existing file"),
+    pytest.param(["golden", "check", "{tmp}/missing.safetensors", "--json", "{tmp}/existing"], ["--json", "--force"],
+                 id="golden check: --json onto an existing file"),
 ]
 
 
 @pytest.mark.parametrize("args,fragments", USAGE_CASES)
 def test_bad_usage(ropekv_bin, tmp_path, args, fragments):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    (tmp_path / "existing").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "old.npy").write_text("keep me too")
     before = sorted(tmp_path.iterdir())
     r = run_cli(ropekv_bin, args)
     check_one_error_line(r, [f.replace("{tmp}", str(tmp_path)) for f in fragments])
     assert sorted(tmp_path.iterdir()) == before, "a failed command left files behind"
+    assert (tmp_path / "existing").read_text() == "keep me"
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["old.npy"]
 
 
 # (id, name of the file in golden_files, fragments besides the path)
@@ -229,14 +282,24 @@ FILE_CASES = [
     pytest.param("header_not_json", ["header"], id="golden check: corrupted header (not JSON)"),
     pytest.param("header_length_huge", ["header length"], id="golden check: header length 2^60"),
     pytest.param("unknown_dtype", [], id="golden check: unknown tensor dtype in header"),
+    pytest.param("trailing_bytes", ["size", "2 trailing"], id="golden check: bytes after the last tensor"),
+    pytest.param("nul_padded_header", ["header", "padded with spaces"], id="golden check: NUL-padded header"),
+    pytest.param("duplicate_key", ["header", "each key once", "twice"], id="golden check: a key twice in the header"),
+    pytest.param("overlapping_offsets", ["data_offsets", "no overlap"], id="golden check: overlapping tensor data"),
+    pytest.param("slot_beyond_cache", ["slot_mapping[0]", "1000000"], id="golden check: a slot beyond the cache"),
+    pytest.param("slot_twice", ["slot_mapping[1]", "unique slot"], id="golden check: a slot twice"),
+    pytest.param("position_beyond_table", ["positions[0]", "1000000"], id="golden check: a position beyond the table"),
+    pytest.param("fifo", ["a regular file", "a FIFO"], id="golden check: a FIFO (no blocking)"),
+    pytest.param("dev_zero", ["a regular file", "a character device"], id="golden check: /dev/zero"),
+    pytest.param("sparse", ["header length", "got 0"], id="golden check: a 12 GiB sparse file"),
 ]
 
 
 @pytest.mark.parametrize("name,fragments", FILE_CASES)
 def test_unreadable_golden_file(ropekv_bin, golden_files, name, fragments):
     path = golden_files[name]
-    before = path.read_bytes() if path.is_file() else None
-    r = run_cli(ropekv_bin, ["golden", "check", str(path)])
+    before = path.read_bytes() if path.is_file() and path.stat().st_size < (1 << 20) else None
+    r = run_cli(ropekv_bin, ["golden", "check", str(path)], timeout=20)
     check_one_error_line(r, [str(path), *fragments])
     if before is not None:
         assert path.read_bytes() == before, "golden check modified its input"
@@ -251,6 +314,9 @@ def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
     report = tmp_path / "r.json"
     report.write_text("earlier")
     r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "2", "--json", str(report)])
+    check_one_error_line(r, ["--json", "--force", str(report)])  # an existing report is kept unless asked
+    assert report.read_text() == "earlier"
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "2", "--json", str(report), "--force"])
     assert r.returncode == 0, r.stderr
     assert report.read_text().startswith("{") and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
