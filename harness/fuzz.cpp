@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <set>
 
 #include "core/case_data.h"
 #include "core/convert.h"
@@ -538,6 +540,7 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
             {"bitwise", opt.cmp.bitwise},
             {"numerics", numerics_model_name(opt.cmp.numerics)},
             {"identify", opt.cmp.identify_always},
+            {"max_failures", opt.max_failures},
             {"repro", opt.repro ? nlohmann::json(opt.repro->to_repro()) : nlohmann::json(nullptr)}}},
           {"shards",
            {{{"index", opt.shard_index},
@@ -559,65 +562,444 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
           {"summary", summary_line(s.counts)},
           {"interrupted", s.interrupted}};
 }
+// ---------------------------------------------------------------------------------- merge
 
-fuzz_counts counts_of_report(const nlohmann::json& r) {
+namespace {
+
+constexpr int64_t int64_max = std::numeric_limits<int64_t>::max();
+const char* const count_keys[] = {"passed", "failed", "errored", "skipped", "mistrusted"};
+const char* const outcome_names[] = {"PASSED", "FAILED", "ERRORED", "SKIPPED", "MISTRUSTED"};
+
+// A JSON value in a message: scalars as JSON text (at most 80 bytes), containers by their kind.
+std::string brief(const nlohmann::json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return fmt::format("an array of {}", v.size());
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// Checks and sums for one report; every error names the report.
+struct report_checker {
+  const std::string& name;
+
+  [[noreturn]] void fail(const std::string& expected, const std::string& got) const {
+    throw arg_error(name, expected, got);
+  }
+  const nlohmann::json& member(const nlohmann::json& obj, const std::string& where, const char* key) const {
+    if (!obj.is_object()) fail(where + ": an object", brief(obj));
+    auto it = obj.find(key);
+    if (it == obj.end()) fail(fmt::format("{}{}{} present", where, where.empty() ? "" : ".", key), "none");
+    return *it;
+  }
+  // An integer in lo..2^63-1 (a JSON float such as 1e300 or 3.0 is not one).
+  int64_t integer(const nlohmann::json& v, const std::string& field, int64_t lo = 0) const {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(int64_max) && static_cast<int64_t>(u) >= lo) return static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      const int64_t x = v.get<int64_t>();
+      if (x >= lo) return x;
+    }
+    fail(fmt::format("{}: an integer in {}..{}", field, lo, int64_max), brief(v));
+  }
+  int64_t add(int64_t a, int64_t b, const std::string& what) const {
+    int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r)) fail(what + " within 64-bit integers", "a sum beyond 2^63-1");
+    return r;
+  }
+  int64_t mul(int64_t a, int64_t b, const std::string& what) const {
+    int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r)) fail(what + " within 64-bit integers", "a product beyond 2^63-1");
+    return r;
+  }
+  // A string -> count object (skip_reasons, variants, numerics) added into `into`.
+  int64_t add_tally(const nlohmann::json& obj, const std::string& field, std::map<std::string, int64_t>& into) const {
+    if (!obj.is_object()) fail(field + ": an object", brief(obj));
+    int64_t sum = 0;
+    for (const auto& [key, n] : obj.items()) {
+      const int64_t k = integer(n, fmt::format("{}[{}]", field, brief(nlohmann::json(key))));
+      sum = add(sum, k, "the sum of " + field);
+      into[key] = k;
+    }
+    return sum;
+  }
+};
+
+struct shard_entry {
+  int64_t index = 0, count = 1, cases_run = 0, next_case = 0;
+  bool stopped_early = false;  // cases_run below the shard's share of config.cases
+  int64_t listed = 0;          // cases the report lists for this shard
+};
+
+// What the reports checked so far hold.
+struct merge_state {
+  const std::vector<std::string>& names;
+  const nlohmann::json* first = nullptr;      // report 1
+  int64_t shard_count = 0;                    // N of report 1's shards
+  std::map<int64_t, std::string> shard_in;    // shard index -> the report holding it
+  std::map<int64_t, std::string> listed_in;   // listed case index -> the report listing it
+};
+
+// The first config key whose value differs, as "config.KEY X (as in FIRST)" / "Y".
+void check_same_config(const nlohmann::json& config, const nlohmann::json& first, const report_checker& ck,
+                       const std::string& first_name) {
+  if (config == first) return;
+  if (!config.is_object() || !first.is_object()) ck.fail("config: an object", brief(config));
+  std::set<std::string> keys;
+  for (const auto& [k, v] : first.items()) keys.insert(k);
+  for (const auto& [k, v] : config.items()) keys.insert(k);
+  for (const std::string& k : keys) {
+    const bool in_a = first.contains(k), in_b = config.contains(k);
+    if (in_a && in_b && first.at(k) == config.at(k)) continue;
+    ck.fail(fmt::format("config.{} {} (as in {}: shards of one campaign)", k, in_a ? brief(first.at(k)) : "absent",
+                        first_name),
+            in_b ? brief(config.at(k)) : "absent");
+  }
+}
+
+// What merge_reports takes from one checked report.
+struct checked_report {
+  fuzz_counts counts;
+  std::vector<shard_entry> shards;
+  bool interrupted = false;
+  std::map<std::string, int64_t> skips, variants, numerics;
+};
+
+// The shard's share of a stream of `cases` cases: the number of i in [0, cases) with i % n == k.
+int64_t shard_share(int64_t cases, int64_t k, int64_t n) { return cases > k ? (cases - k - 1) / n + 1 : 0; }
+
+// "0, 1, 3" with runs of three or more as "4..9".
+std::string index_list(const std::vector<int64_t>& sorted) {
+  std::string out;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    std::string item = j - i >= 2 ? fmt::format("{}..{}", sorted[i], sorted[j]) : std::to_string(sorted[i]);
+    if (j - i == 1) item += ", " + std::to_string(sorted[j]);
+    out += (out.empty() ? "" : ", ") + item;
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+checked_report check_report(const nlohmann::json& r, const report_checker& ck, const merge_options& opt,
+                            merge_state& st) {
+  checked_report out;
+  if (!r.is_object()) ck.fail("a ropekv fuzz report (a JSON object with format ropekv-fuzz-report)", brief(r));
+  if (!r.contains("format") || r.at("format") != "ropekv-fuzz-report") {
+    ck.fail("a ropekv fuzz report (format ropekv-fuzz-report)",
+            r.contains("format") ? "format " + brief(r.at("format")) : "no format key");
+  }
+  if (r.contains("interrupted")) {
+    const nlohmann::json& v = r.at("interrupted");
+    if (!v.is_boolean()) ck.fail("interrupted: true or false", brief(v));
+    out.interrupted = v.get<bool>();
+    if (out.interrupted && !opt.allow_interrupted) {
+      ck.fail("a complete campaign (merge an interrupted one with --allow-interrupted)", "\"interrupted\": true");
+    }
+  }
+  // the campaign: the first report's, and what a shard of it had to run
+  const nlohmann::json& config = ck.member(r, "", "config");
+  const nlohmann::json& contract = ck.member(r, "", "contract_version");
+  if (st.first && st.first != &r) {
+    const std::string& first_name = st.names[0];
+    check_same_config(config, st.first->at("config"), ck, first_name);
+    if (contract != st.first->at("contract_version")) {
+      ck.fail(fmt::format("contract_version {} (as in {})", brief(st.first->at("contract_version")), first_name),
+              brief(contract));
+    }
+  }
+  if (!config.is_object()) ck.fail("config: an object", brief(config));
+  const nlohmann::json& cases_v = ck.member(config, "config", "cases");
+  const int64_t total_cases = cases_v.is_null() ? -1 : ck.integer(cases_v, "config.cases");
+  const nlohmann::json& time_v = ck.member(config, "config", "time_limit_s");
+  if (!time_v.is_number() || !std::isfinite(time_v.get<double>()) || time_v.get<double>() < 0)
+    ck.fail("config.time_limit_s: seconds >= 0", brief(time_v));
+  const bool timed = time_v.get<double>() > 0;
+  const nlohmann::json& repro_v = ck.member(config, "config", "repro");
+  if (!repro_v.is_null() && !repro_v.is_string()) ck.fail("config.repro: a string or null", brief(repro_v));
+  const bool replay = repro_v.is_string();
+  // absent in reports older than it: a shard that stopped early must then show a failure
+  const int64_t max_failures =
+      config.contains("max_failures") ? ck.integer(config.at("max_failures"), "config.max_failures") : -1;
+
+  out.counts = counts_of_report(r, ck.name);
+
+  const nlohmann::json& shards = ck.member(r, "", "shards");
+  if (!shards.is_array() || shards.empty()) ck.fail("shards: a non-empty array", brief(shards));
+  int64_t cases_run = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string at = fmt::format("shards[{}]", s);
+    const nlohmann::json& sh = shards[s];
+    shard_entry e;
+    e.count = ck.integer(ck.member(sh, at, "count"), at + ".count", 1);
+    e.index = ck.integer(ck.member(sh, at, "index"), at + ".index");
+    if (e.index >= e.count) ck.fail(fmt::format("{}.index below its count {}", at, e.count), std::to_string(e.index));
+    e.cases_run = ck.integer(ck.member(sh, at, "cases_run"), at + ".cases_run");
+    e.next_case = ck.integer(ck.member(sh, at, "next_case"), at + ".next_case");
+    const nlohmann::json& el = ck.member(sh, at, "elapsed_s");
+    if (!el.is_number() || !std::isfinite(el.get<double>()) || el.get<double>() < 0)
+      ck.fail(at + ".elapsed_s: seconds >= 0", brief(el));
+    const std::string shard = fmt::format("shard {}/{}", e.index, e.count);
+    // next_case: one past the last case the shard began (case i runs on shard i % N; a --repro
+    // replay is case 0 of every shard). An interrupted shard may have begun one case it did not count.
+    auto next_after = [&](int64_t run) {
+      if (run == 0) return int64_t{0};
+      if (replay) return run;
+      return ck.add(ck.mul(run - 1, e.count, at + ".next_case"), e.index + 1, at + ".next_case");
+    };
+    const int64_t next = next_after(e.cases_run);
+    if (replay && e.cases_run > 1) ck.fail(at + ".cases_run: 0 or 1 (config.repro: one case)", std::to_string(e.cases_run));
+    const bool begun_one_more = out.interrupted && !replay && e.next_case != next &&
+                                e.cases_run < int64_max && e.next_case == next_after(e.cases_run + 1);
+    const bool begun_replay = out.interrupted && replay && e.next_case == e.cases_run + 1 && e.cases_run == 0;
+    if (e.next_case != next && !begun_one_more && !begun_replay) {
+      ck.fail(fmt::format("{}.next_case {} (after {} case(s) of {})", at, next, e.cases_run, shard),
+              std::to_string(e.next_case));
+    }
+    if (total_cases >= 0) {
+      const int64_t share = replay ? 1 : shard_share(total_cases, e.index, e.count);
+      if (e.cases_run > share) {
+        ck.fail(fmt::format("{}.cases_run <= {} ({} of config.cases {})", at, share, shard, total_cases),
+                std::to_string(e.cases_run));
+      }
+      if (e.cases_run < share && !timed && !out.interrupted) {
+        if (max_failures == 0) {
+          ck.fail(fmt::format("{}.cases_run {} (the share of {} in config.cases {}; no time limit, no "
+                              "max_failures, not interrupted)",
+                              at, share, shard, total_cases),
+                  std::to_string(e.cases_run));
+        }
+        e.stopped_early = true;
+      }
+    }
+    cases_run = ck.add(cases_run, e.cases_run, "the sum of shards[].cases_run");
+    out.shards.push_back(e);
+  }
+  for (const shard_entry& e : out.shards) {
+    if (st.shard_count == 0) st.shard_count = e.count;
+    if (e.count != st.shard_count) {
+      ck.fail(fmt::format("shards of {} (as in {})", st.shard_count, st.names[0]),
+              fmt::format("shard {}/{}", e.index, e.count));
+    }
+    auto [it, fresh] = st.shard_in.emplace(e.index, ck.name);
+    if (!fresh) {
+      ck.fail(fmt::format("each shard of {} once", st.shard_count),
+              fmt::format("shard {}/{} twice{}", e.index, e.count,
+                          it->second == ck.name ? "" : " (also in " + it->second + ")"));
+    }
+  }
+  if (out.counts.total() != cases_run) {
+    ck.fail(fmt::format("counts.total {} (the sum of shards[].cases_run)", cases_run),
+            std::to_string(out.counts.total()));
+  }
+  const int64_t bad = ck.add(out.counts.failed, out.counts.errored, "counts.failed + counts.errored");
+  const int64_t early = std::count_if(out.shards.begin(), out.shards.end(),
+                                      [](const shard_entry& e) { return e.stopped_early; });
+  if (max_failures > 0) {
+    // a shard stops at exactly max_failures FAILED/ERRORED cases and never goes beyond
+    const int64_t most = ck.mul(max_failures, static_cast<int64_t>(out.shards.size()), "config.max_failures x shards");
+    if (bad > most) {
+      ck.fail(fmt::format("at most {} FAILED/ERRORED cases (config.max_failures {} on {} shard(s))", most,
+                          max_failures, out.shards.size()),
+              std::to_string(bad));
+    }
+  }
+  if (early > 0) {
+    const int64_t least = max_failures > 0 ? ck.mul(max_failures, early, "config.max_failures x shards") : early;
+    if (bad < least) {
+      ck.fail(fmt::format("at least {} FAILED/ERRORED cases ({} shard(s) stopped before their share of "
+                          "config.cases, which only max_failures does)",
+                          least, early),
+              std::to_string(bad));
+    }
+  }
+
+  // listed cases: on the report's shards, once, never passed, and as many as the counts say
+  const nlohmann::json& cases = ck.member(r, "", "cases");
+  if (!cases.is_array()) ck.fail("cases: an array", brief(cases));
+  std::map<std::string, int64_t> listed_of;
+  std::map<int64_t, int64_t> outcome_of;  // listed case index -> position in cases
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::string at = fmt::format("cases[{}]", c);
+    const nlohmann::json& cs = cases[c];
+    const int64_t index = ck.integer(ck.member(cs, at, "index"), at + ".index", replay ? -1 : 0);
+    const nlohmann::json& oc = ck.member(cs, at, "outcome");
+    std::string key;
+    for (size_t k = 1; k < 5; ++k)  // count_keys[0] is "passed": never listed
+      if (oc == outcome_names[k]) key = count_keys[k];
+    if (key.empty()) ck.fail(at + ".outcome: FAILED, ERRORED, SKIPPED or MISTRUSTED (passed cases are not listed)", brief(oc));
+    for (const char* k : {"message", "replay"}) {
+      const nlohmann::json& v = ck.member(cs, at, k);
+      if (!v.is_string()) ck.fail(fmt::format("{}.{}: a string", at, k), brief(v));
+    }
+    shard_entry* home = nullptr;
+    for (shard_entry& e : out.shards) {
+      if (replay ? index == -1 : (index % e.count == e.index && index < e.next_case)) {
+        home = &e;
+        break;
+      }
+    }
+    if (!home) {
+      std::vector<int64_t> idx;
+      for (const shard_entry& e : out.shards) idx.push_back(e.index);
+      std::sort(idx.begin(), idx.end());
+      ck.fail(replay ? at + ".index -1 (config.repro: the replayed case)"
+                     : fmt::format("{}.index on the report's shards {} of {} (i % {}) and below their next_case",
+                                   at, index_list(idx), out.shards[0].count, out.shards[0].count),
+              std::to_string(index));
+    }
+    auto [it, fresh] = st.listed_in.emplace(index, ck.name);
+    if (!fresh) {
+      ck.fail("each case listed once",
+              fmt::format("case {} twice{}", index, it->second == ck.name ? "" : " (also in " + it->second + ")"));
+    }
+    ++home->listed;
+    ++listed_of[key];
+    outcome_of[index] = static_cast<int64_t>(c);
+  }
+  bool complete = true;  // no shard reached the cap: every non-passed case is listed
+  for (const shard_entry& e : out.shards) {
+    if (e.listed > opt.max_reported) {
+      ck.fail(fmt::format("at most {} listed cases of shard {}/{}", opt.max_reported, e.index, e.count),
+              std::to_string(e.listed));
+    }
+    if (e.listed == opt.max_reported) complete = false;
+  }
+  const int64_t counts_of[] = {out.counts.passed, out.counts.failed, out.counts.errored, out.counts.skipped,
+                               out.counts.mistrusted};
+  for (size_t k = 1; k < 5; ++k) {
+    const int64_t listed = listed_of[count_keys[k]];
+    if (listed > counts_of[k]) {
+      ck.fail(fmt::format("at most {} listed {} cases (counts.{})", counts_of[k], outcome_names[k], count_keys[k]),
+              std::to_string(listed));
+    }
+    if (complete && listed != counts_of[k]) {
+      ck.fail(fmt::format("{} listed {} cases (counts.{}; a shard lists every non-passed case up to {})",
+                          counts_of[k], outcome_names[k], count_keys[k], opt.max_reported),
+              std::to_string(listed));
+    }
+  }
+  if (complete) {
+    // a shard that stopped early stopped right after a FAILED/ERRORED case
+    for (const shard_entry& e : out.shards) {
+      if (!e.stopped_early) continue;
+      const int64_t last = e.next_case - 1;
+      auto it = outcome_of.find(last);
+      const nlohmann::json* oc = it == outcome_of.end() ? nullptr : &cases[static_cast<size_t>(it->second)].at("outcome");
+      if (!oc || (*oc != "FAILED" && *oc != "ERRORED")) {
+        ck.fail(fmt::format("case {} (the last of shard {}/{}, which stopped early) listed FAILED or ERRORED", last,
+                            e.index, e.count),
+                oc ? brief(*oc) : "not listed");
+      }
+    }
+  }
+
+  const int64_t skipped = ck.add_tally(ck.member(r, "", "skip_reasons"), "skip_reasons", out.skips);
+  if (skipped != out.counts.skipped) {
+    ck.fail(fmt::format("skip_reasons summing to counts.skipped {}", out.counts.skipped), std::to_string(skipped));
+  }
+  if (r.contains("variants")) {  // absent in reports written before it existed
+    const int64_t ran = ck.add_tally(r.at("variants"), "variants", out.variants);
+    if (ran > out.counts.total()) {
+      ck.fail(fmt::format("variants summing to at most counts.total {}", out.counts.total()), std::to_string(ran));
+    }
+  }
+  if (r.contains("numerics")) ck.add_tally(r.at("numerics"), "numerics", out.numerics);
+  return out;
+}
+
+}  // namespace
+
+fuzz_counts counts_of_report(const nlohmann::json& r, const std::string& name) {
+  const report_checker ck{name};
+  const nlohmann::json& k = ck.member(r, "", "counts");
+  int64_t v[5] = {};
+  int64_t sum = 0;
+  for (int i = 0; i < 5; ++i) {
+    v[i] = ck.integer(ck.member(k, "counts", count_keys[i]), std::string("counts.") + count_keys[i]);
+    sum = ck.add(sum, v[i], "counts whose sum (counts.total) is");
+  }
+  const int64_t total = ck.integer(ck.member(k, "counts", "total"), "counts.total");
+  if (total != sum) {
+    ck.fail(fmt::format("counts.total {} (passed + failed + errored + skipped + mistrusted)", sum),
+            std::to_string(total));
+  }
   fuzz_counts c;
-  const auto& k = r.at("counts");
-  c.passed = k.at("passed").get<int64_t>();
-  c.failed = k.at("failed").get<int64_t>();
-  c.errored = k.at("errored").get<int64_t>();
-  c.skipped = k.at("skipped").get<int64_t>();
-  c.mistrusted = k.at("mistrusted").get<int64_t>();
+  c.passed = v[0];
+  c.failed = v[1];
+  c.errored = v[2];
+  c.skipped = v[3];
+  c.mistrusted = v[4];
   return c;
 }
 
-nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const merge_options& opt) {
   if (reports.empty()) throw arg_error("report merge", "at least one report", "none");
+  if (opt.max_reported < 0) throw arg_error("max_reported", ">= 0", std::to_string(opt.max_reported));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < reports.size(); ++i)
+    names.push_back(i < opt.names.size() ? opt.names[i] : fmt::format("report {}", i + 1));
+
+  merge_state st{names, &reports[0], 0, {}, {}};
+  int64_t sums[5] = {};
+  std::map<std::string, int64_t> skips, variants, numerics;
+  bool interrupted = false;
   for (size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    if (!r.is_object() || r.value("format", "") != "ropekv-fuzz-report") {
-      throw arg_error(fmt::format("report {}", i + 1), "a ropekv fuzz report (format ropekv-fuzz-report)",
-                      "something else");
+    const report_checker ck{names[i]};
+    const checked_report k = check_report(reports[i], ck, opt, st);
+    const int64_t add[5] = {k.counts.passed, k.counts.failed, k.counts.errored, k.counts.skipped,
+                            k.counts.mistrusted};
+    int64_t total = 0;
+    for (int j = 0; j < 5; ++j) {
+      sums[j] = ck.add(sums[j], add[j], fmt::format("the merged counts.{}", count_keys[j]));
+      total = ck.add(total, sums[j], "the merged counts.total");
     }
+    for (const auto& [key, n] : k.skips) skips[key] = ck.add(skips[key], n, "the merged skip_reasons");
+    for (const auto& [key, n] : k.variants) variants[key] = ck.add(variants[key], n, "the merged variants");
+    for (const auto& [key, n] : k.numerics) numerics[key] = ck.add(numerics[key], n, "the merged numerics");
+    interrupted = interrupted || k.interrupted;
   }
-  nlohmann::json merged = reports[0];
-  const nlohmann::json& config = reports[0].at("config");
+  if (static_cast<int64_t>(st.shard_in.size()) != st.shard_count) {
+    std::vector<int64_t> got, missing;
+    for (const auto& [index, name] : st.shard_in) got.push_back(index);
+    size_t j = 0;
+    for (int64_t k = 0; k < st.shard_count && missing.size() <= 64; ++k) {
+      if (j < got.size() && got[j] == k) {
+        ++j;
+      } else {
+        missing.push_back(k);
+      }
+    }
+    std::string who;
+    if (names.size() <= 3) {
+      for (const std::string& n : names) who += (who.empty() ? "" : ", ") + n;
+    } else {
+      who = fmt::format("{}, ..., {} ({} reports)", names[0], names.back(), names.size());
+    }
+    if (missing.size() > 64) missing.pop_back();
+    throw arg_error(who, fmt::format("shards 0..{} of {}", st.shard_count - 1, st.shard_count),
+                    fmt::format("{} (missing {}{})", index_list(got), index_list(missing),
+                                static_cast<int64_t>(got.size() + missing.size()) < st.shard_count ? ", ..." : ""));
+  }
   fuzz_counts c;
+  c.passed = sums[0];
+  c.failed = sums[1];
+  c.errored = sums[2];
+  c.skipped = sums[3];
+  c.mistrusted = sums[4];
+
+  nlohmann::json merged = reports[0];
   nlohmann::json shards = nlohmann::json::array();
   nlohmann::json cases = nlohmann::json::array();
-  std::map<std::string, int64_t> skips, variants, numerics;
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    if (r.at("config") != config) {
-      throw arg_error(fmt::format("report {}", i + 1), "the same campaign config as report 1 (" + config.dump() + ")",
-                      r.at("config").dump());
-    }
-    if (r.at("contract_version") != reports[0].at("contract_version")) {
-      throw arg_error(fmt::format("report {}", i + 1), "the same contract_version as report 1",
-                      r.at("contract_version").dump());
-    }
-    for (const auto& sh : r.at("shards")) {
-      for (const auto& seen : shards) {
-        if (seen.at("index") == sh.at("index") && seen.at("count") == sh.at("count")) {
-          throw arg_error(fmt::format("report {}", i + 1), "each shard once",
-                          fmt::format("shard {}/{} twice", sh.at("index").dump(), sh.at("count").dump()));
-        }
-      }
-      shards.push_back(sh);
-    }
-    fuzz_counts k = counts_of_report(r);
-    c.passed += k.passed;
-    c.failed += k.failed;
-    c.errored += k.errored;
-    c.skipped += k.skipped;
-    c.mistrusted += k.mistrusted;
+  for (const auto& r : reports) {
+    for (const auto& sh : r.at("shards")) shards.push_back(sh);
     for (const auto& cs : r.at("cases")) cases.push_back(cs);
-    for (const auto& [why, n] : r.at("skip_reasons").items()) skips[why] += n.get<int64_t>();
-    if (r.contains("variants"))  // absent in reports written before it existed
-      for (const auto& [v, n] : r.at("variants").items()) variants[v] += n.get<int64_t>();
-    if (r.contains("numerics"))
-      for (const auto& [v, n] : r.at("numerics").items()) numerics[v] += n.get<int64_t>();
   }
+  std::stable_sort(shards.begin(), shards.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
+    return x.at("index").get<int64_t>() < y.at("index").get<int64_t>();
+  });
   std::stable_sort(cases.begin(), cases.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
     return x.at("index").get<int64_t>() < y.at("index").get<int64_t>();
   });
@@ -628,6 +1010,7 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
   merged["skip_reasons"] = skips;
   merged["variants"] = variants;
   merged["numerics"] = numerics;
+  merged["interrupted"] = interrupted;
   merged["summary"] = summary_line(c);
   return merged;
 }

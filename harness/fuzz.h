@@ -129,13 +129,41 @@ fuzz_summary run_fuzz(const fuzz_options& opt, std::ostream& out, bool tty);
 // The closing line.
 std::string summary_line(const fuzz_counts& c);
 
-// JSON report (docs/report-schema.json) and the merge of shard reports. merge throws arg_error
-// when the reports are of different campaigns or a shard appears twice.
+// JSON report (docs/report-schema.json).
 nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s);
 nlohmann::json case_record_json(const case_record& r);
 // One region of a case report (the report's `regions` items); also the Python package's.
 nlohmann::json region_report_json(const region_report& g);
-nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports);
-fuzz_counts counts_of_report(const nlohmann::json& report);
+
+struct merge_options {
+  // Each report's name in error messages (its file); "report N" (1-based) where absent.
+  std::vector<std::string> names;
+  // Reports marked "interrupted": true (a campaign stopped by a signal) are refused unless set;
+  // the merged report is then marked interrupted too.
+  bool allow_interrupted = false;
+  // The cap on listed cases per shard the reports were written with (fuzz_options::max_reported).
+  int64_t max_reported = fuzz_options{}.max_reported;
+};
+
+// The merge of the shard reports of one campaign. Every report is checked first, and anything
+// that no run of the campaign can have written is an arg_error naming the report:
+// - not a fuzz report, a config or contract_version unlike the first report's, "interrupted"
+//   (unless allow_interrupted);
+// - counts that are not integers in 0..2^63-1, a total that is not their sum (sums are 64-bit
+//   checked: an overflow is an error), a total unlike the sum of the shards' cases_run;
+// - shard entries: next_case not the one after cases_run cases of the shard (case i runs on shard
+//   i % N); with a fixed case count, cases_run unlike the shard's share of it, unless the campaign
+//   could stop early (a time limit; interrupted; config.max_failures, whose shards stop at exactly
+//   that many FAILED/ERRORED cases);
+// - listed cases (`cases`): an index not on one of the report's shards or below its next_case, a
+//   case listed twice, a passed case, more than max_reported per shard, more cases of an outcome
+//   than its count, or (when no shard reached the cap, so every non-passed case is listed) fewer;
+// - skip_reasons not summing to counts.skipped;
+// and then together: shards of different counts N, a shard twice, or shards 0..N-1 not all there.
+// The merged report has the first report's config, the shards sorted by index, the cases sorted by
+// index, summed counts, skip_reasons, variants and numerics, and "interrupted" (any report's).
+nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports, const merge_options& opt = {});
+// A report's counts, checked as merge_reports checks them (arg_error naming `name`).
+fuzz_counts counts_of_report(const nlohmann::json& report, const std::string& name = "report");
 
 }  // namespace ropekv

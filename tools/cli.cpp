@@ -22,6 +22,7 @@
 #include "core/problem.h"
 #include "tools/backends_registry.h"
 #include "tools/bench.h"
+#include "tools/fuzz_jobs.h"
 #include "harness/fuzz.h"
 #include "harness/golden_io.h"
 
@@ -368,6 +369,7 @@ struct fuzz_cli_opts {
   std::string shrink_time = "30s";
   std::string variant = "auto";
   std::string pin;
+  std::string jobs;  // --jobs N: N local worker processes (cmd_fuzz_jobs)
 };
 
 // The report, atomically (core/file_io.h): a full disk or a signal never leaves half a report,
@@ -377,13 +379,21 @@ void write_json(const std::string& path, const nlohmann::json& j, const char* ar
   write_file_atomic(path, {text}, arg);
 }
 
+// A report file: a regular file of at most 64 MiB (read_report_file), JSON nested at most 64 deep.
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw arg_error("report", "a readable JSON file", "'" + path + "'");
+  const std::string text = read_report_file(path);
+  constexpr int max_depth = 64;
+  const nlohmann::json::parser_callback_t not_too_deep = [&](int depth, nlohmann::json::parse_event_t,
+                                                             nlohmann::json&) {
+    if (depth > max_depth) throw arg_error(path, fmt::format("JSON nested at most {} deep", max_depth), "deeper");
+    return true;
+  };
   try {
-    return nlohmann::json::parse(f);
+    return nlohmann::json::parse(text, not_too_deep);
+  } catch (const arg_error&) {
+    throw;
   } catch (const std::exception& e) {
-    throw arg_error("report", "valid JSON", "'" + path + "' (" + e.what() + ")");
+    throw arg_error(path, "valid JSON", e.what());
   }
 }
 
@@ -446,22 +456,101 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   return (s.counts.failed + s.counts.errored) > 0 ? 1 : 0;
 }
 
-int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const std::string& json) {
-  std::vector<nlohmann::json> reports;
-  for (const auto& f : files) reports.push_back(read_json(f));
-  nlohmann::json merged = merge_reports(reports);
-  if (!json.empty()) write_json(json, merged);
-  fuzz_counts c = counts_of_report(merged);
-  st.out << fmt::format("merged {} report(s), {} shard(s)\n", reports.size(), merged.at("shards").size());
+// The failures of a merged report with their replay lines, then the closing line; the exit code.
+int print_merged_report(cli_state& st, const nlohmann::json& merged) {
+  const fuzz_counts c = counts_of_report(merged, "the merged report");
   for (const auto& cs : merged.at("cases")) {
     if (cs.at("outcome") == "SKIPPED") continue;
     st.out << fmt::format("case {}: {} {}\n", cs.at("index").get<int64_t>(), cs.at("outcome").get<std::string>(),
                           cs.at("message").get<std::string>());
     st.out << "  replay: " << cs.at("replay").get<std::string>() << "\n";
+    if (cs.contains("shrunk_replay") && cs.at("shrunk_replay").is_string())
+      st.out << "  shrunk: " << cs.at("shrunk_replay").get<std::string>() << "\n";
   }
+  if (merged.value("interrupted", false)) st.out << "interrupted: the campaign was stopped before its end\n";
   if (c.errored) st.out << fmt::format("{} errored (counted as failed below)\n", c.errored);
   st.out << summary_line(c) << "\n";
   return (c.failed + c.errored) > 0 ? 1 : 0;
+}
+
+int cmd_report_merge(cli_state& st, const std::vector<std::string>& files, const std::string& json,
+                     bool allow_interrupted, bool force) {
+  if (!json.empty()) {
+    check_writable_path(json, "--json");
+    check_new_output(json, force, "--json");
+  }
+  std::vector<nlohmann::json> reports;
+  for (const auto& f : files) reports.push_back(read_json(f));
+  merge_options mo;
+  mo.names = files;
+  mo.allow_interrupted = allow_interrupted;
+  nlohmann::json merged = merge_reports(reports, mo);
+  if (!json.empty()) write_json(json, merged);
+  st.out << fmt::format("merged {} report(s), {} shard(s)\n", reports.size(), merged.at("shards").size());
+  return print_merged_report(st, merged);
+}
+
+// Set by cli_main(argc, argv): this process is the ropekv executable, which `fuzz --jobs` re-runs.
+bool running_as_executable = false;
+
+// `fuzz --jobs N`: shards 0..N-1 of the campaign in N worker processes, their reports merged.
+int cmd_fuzz_jobs(cli_state& st, const fuzz_cli_opts& o, const std::vector<std::string>& args) {
+  if (!o.shard.empty()) throw arg_error("--jobs", "no --shard with it (the workers run shards 0..N-1)", "--jobs and --shard");
+  if (!o.repro.empty()) throw arg_error("--jobs", "no --repro with it (a replay is one case)", "--jobs and --repro");
+  const int64_t jobs = parse_decimal(o.jobs, 1, 4 * online_cpus(), "--jobs");
+  if (!running_as_executable) {
+    throw arg_error("--jobs", "the ropekv executable (the workers are copies of it)", "an in-process call");
+  }
+  // what cmd_fuzz checks before its campaign, checked before any worker starts
+  std::vector<std::string> names = o.backends.empty() ? std::vector<std::string>{"ref", default_other_backend()}
+                                                      : split_list(o.backends, ',', "--backends");
+  if (names.size() != 2) throw arg_error("--backends", "two names A,B (e.g. ref,sim)", "'" + o.backends + "'");
+  for (const std::string& n : names) canonical_backend_name(n);
+  parse_fuzz_profile(o.profile);
+  make_compare_options(o.max_ulp, o.strict, o.bitwise, o.numerics, o.identify, "--max-ulp", "--numerics");
+  parse_duration_s(o.shrink_time, "--shrink-time");
+  if (!o.time.empty()) parse_duration_s(o.time, "--time");
+  if (!o.pin.empty()) check_pins(o.pin);
+  if (!o.json.empty()) {
+    check_writable_path(o.json, "--json");
+    check_new_output(o.json, o.force, "--json");
+  }
+  if (!o.dump.empty()) check_writable_folder(o.dump, "--dump");
+
+  const temp_folder folder("ropekv-jobs");
+  const workers_run run = run_workers(without_options(args, {"--jobs", "--json"}), jobs, folder.path(), st.out, st.err);
+  merge_options mo;
+  mo.allow_interrupted = run.signal != 0;  // the workers stopped early because we were stopped
+  std::vector<nlohmann::json> reports;
+  try {
+    for (int64_t i = run.first_failed < 0 ? 0 : run.first_failed; i < jobs; ++i) {
+      const worker_end& w = run.workers[static_cast<size_t>(i)];
+      const std::string name = fmt::format("worker {} (shard {}/{})", i, i, jobs);
+      const std::string path = worker_report_path(folder.path(), i);
+      if (!w.finished() && !(run.signal != 0 && std::filesystem::is_regular_file(path))) {
+        throw arg_error("--jobs", "every worker to end with its report (exit code 0 or 1)",
+                        fmt::format("{}: {}{}", name, describe_wait_status(w.status),
+                                    w.last_error.empty() ? "" : "; its last error line: " + w.last_error));
+      }
+      try {
+        reports.push_back(read_json(path));
+      } catch (const arg_error& e) {
+        throw arg_error(name, "its report", e.what());
+      }
+      mo.names.push_back(name);
+    }
+  } catch (const arg_error& e) {
+    if (run.signal == 0) throw;
+    st.out << std::flush;
+    st.err << "ropekv: error: " << one_line(e.what()) << fmt::format(" (the campaign was interrupted by signal {})", run.signal)
+           << "\n";
+    return 128 + run.signal;
+  }
+  nlohmann::json merged = merge_reports(reports, mo);
+  if (!o.json.empty()) write_json(o.json, merged);
+  st.out << fmt::format("fuzz --jobs {}: shards 0..{} of {} merged\n", jobs, jobs - 1, jobs);
+  const int rc = print_merged_report(st, merged);
+  return run.signal != 0 ? 128 + run.signal : rc;
 }
 
 struct golden_write_opts {
@@ -683,16 +772,27 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                    "fuzz only the domain your kernel claims; the rest stays random")
       ->check(non_empty);
   fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX")->check(non_empty);
+  fuzz->add_option("--jobs", fo.jobs,
+                   "N: run the campaign as N local worker processes (shards 0..N-1 of it; N up to 4 x the CPUs), "
+                   "their lines prefixed [shard K/N], their reports merged (--json)")
+      ->check(non_empty);
   fuzz->footer(fuzz_footer);
 
   auto* report = app.add_subcommand("report", "Work with JSON fuzz reports");
   report->require_subcommand(1);
   std::vector<std::string> merge_files;
   std::string merge_json;
+  bool merge_allow_interrupted = false, merge_force = false;
   auto* merge = report->add_subcommand("merge", "Combine shard reports of one campaign");
-  merge->add_option("reports", merge_files, "Shard reports (fuzz --json)")->required()->check(CLI::ExistingFile);
+  merge->add_option("reports", merge_files, "Shard reports (fuzz --json): shards 0..N-1 of one campaign, each once")
+      ->required();
   merge->add_option("--json", merge_json, "Write the merged report here")->check(non_empty);
-  merge->footer("Example:\n  ropekv report merge shard-0.json shard-1.json --json all.json");
+  merge->add_flag("--force", merge_force, "--json may replace an existing file");
+  merge->add_flag("--allow-interrupted", merge_allow_interrupted,
+                  "Merge reports of a campaign stopped by a signal (marked \"interrupted\"); the merged report is "
+                  "marked too");
+  merge->footer("Every report is checked (docs/fuzz.md): shards 0..N-1 each once, counts that add up, listed cases "
+                "on their shards.\nExample:\n  ropekv report merge shard-0.json shard-1.json --json all.json");
 
   auto* golden = app.add_subcommand("golden", "Write golden cases, check a backend or compare your outputs against one");
   golden->require_subcommand(1);
@@ -764,8 +864,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
 
   if (*info) return cmd_info(st);
   if (*run) return cmd_run(st, ro);
-  if (*fuzz) return cmd_fuzz(st, fo);
-  if (*merge) return cmd_report_merge(st, merge_files, merge_json);
+  if (*fuzz) return fo.jobs.empty() ? cmd_fuzz(st, fo) : cmd_fuzz_jobs(st, fo, args);
+  if (*merge) return cmd_report_merge(st, merge_files, merge_json, merge_allow_interrupted, merge_force);
   if (*gwrite) return cmd_golden_write(st, gw);
   if (*gcheck) return cmd_golden_check(st, gc_file, gc_backend, gc_cmp, gc_json);
   if (*gcompare) return cmd_golden_compare(st, gp_file, gp_got, gp_cmp, gp_json);
@@ -802,6 +902,7 @@ int cli_main(const std::vector<std::string>& args) {
 
 int cli_main(int argc, char** argv) {
   install_stop_handlers();
+  running_as_executable = true;
   std::vector<std::string> args(argv + 1, argv + argc);
   return cli_main(args);
 }

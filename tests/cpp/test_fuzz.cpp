@@ -256,9 +256,184 @@ TEST_CASE("shards partition the case stream; merge equals the unsharded run") {
     CHECK(whole["cases"][i]["repro"] == merged["cases"][i]["repro"]);
   }
   CHECK(merged["shards"].size() == 2);
+  CHECK(merged["interrupted"] == false);
   // The same shard twice is refused.
   nlohmann::json s0 = run(0, 2);
   CHECK_THROWS_AS(merge_reports({s0, s0}), arg_error);
+}
+
+namespace {
+
+// A campaign of the broken-skip backend (FAILED cases among passed and skipped ones).
+nlohmann::json skip_campaign(int64_t k, int64_t n, int64_t cases, int64_t max_failures = 0, int64_t max_reported = 50) {
+  fuzz_options opt;
+  opt.backend_a = "ref";
+  opt.backend_b = "broken-skip";
+  opt.factory_b = factory_of<skip_last_token>();
+  opt.seed = 5;
+  opt.cases = cases;
+  opt.max_tokens = 8;
+  opt.shrink = false;
+  opt.shard_index = k;
+  opt.shard_count = n;
+  opt.max_failures = max_failures;
+  opt.max_reported = max_reported;
+  std::ostringstream out;
+  return fuzz_report_json(opt, run_fuzz(with_registry(opt), out, false));
+}
+
+// The arg_error merge_reports throws, as "<arg>: expected <e>, got <g>" ("" when it merges).
+std::string merge_error(const std::vector<nlohmann::json>& reports, const merge_options& opt = {}) {
+  try {
+    merge_reports(reports, opt);
+  } catch (const arg_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("merge_reports refuses what no campaign writes, naming the report") {
+  const nlohmann::json s0 = skip_campaign(0, 2, 16), s1 = skip_campaign(1, 2, 16);
+  REQUIRE(counts_of_report(s0).failed > 0);
+  REQUIRE(counts_of_report(s1).failed > 0);
+  REQUIRE(merge_error({s0, s1}).empty());
+  merge_options named;
+  named.names = {"a.json", "b.json"};
+
+  SUBCASE("shards: all of 0..N-1, each once, of one count") {
+    const nlohmann::json q0 = skip_campaign(0, 4, 16), q1 = skip_campaign(1, 4, 16), q3 = skip_campaign(3, 4, 16);
+    merge_options three;
+    three.names = {"q0", "q1", "q3"};
+    CHECK(merge_error({q0, q1, q3}, three) == "q0, q1, q3: expected shards 0..3 of 4, got 0, 1, 3 (missing 2)");
+    CHECK(merge_error({s0}, named) == "a.json: expected shards 0..1 of 2, got 0 (missing 1)");
+    CHECK(merge_error({s0, q1}, named) == "b.json: expected shards of 2 (as in a.json), got shard 1/4");
+    CHECK(merge_error({s0, s0}, named) == "b.json: expected each shard of 2 once, got shard 0/2 twice (also in a.json)");
+  }
+  SUBCASE("counts: non-negative integers that add up, in 64 bits") {
+    nlohmann::json bad = s1;
+    bad["counts"]["failed"] = -1;
+    CHECK(merge_error({s0, bad}, named) ==
+          "b.json: expected counts.failed: an integer in 0..9223372036854775807, got -1");
+    bad["counts"]["failed"] = 1e300;
+    CHECK(merge_error({s0, bad}, named) ==
+          "b.json: expected counts.failed: an integer in 0..9223372036854775807, got 1e+300");
+    bad["counts"]["failed"] = 2.0;
+    CHECK(merge_error({s0, bad}, named).find("got 2.0") != std::string::npos);
+    bad = s1;
+    bad["counts"]["passed"] = INT64_MAX;
+    CHECK(merge_error({s0, bad}, named).find("b.json: expected counts whose sum (counts.total) is within 64-bit "
+                                             "integers, got a sum beyond 2^63-1") == 0);
+    bad = s1;
+    bad["counts"]["total"] = bad["counts"]["total"].get<int64_t>() + 1;
+    CHECK(merge_error({s0, bad}, named).find("b.json: expected counts.total ") == 0);
+    // the largest campaign two shards can hold: next_case stays within int64, the total is 2^63-1
+    nlohmann::json big0 = s0, big1 = s1;
+    for (nlohmann::json* r : {&big0, &big1}) {
+      const int64_t k = (*r)["shards"][0]["index"].get<int64_t>(), run = (int64_t{1} << 62) - k;
+      (*r)["config"]["cases"] = nullptr;
+      (*r)["config"]["time_limit_s"] = 60.0;
+      (*r)["shards"][0]["cases_run"] = run;
+      (*r)["shards"][0]["next_case"] = (run - 1) * 2 + k + 1;
+      (*r)["counts"] = {{"passed", run}, {"failed", 0}, {"errored", 0}, {"skipped", 0}, {"mistrusted", 0}, {"total", run}};
+      (*r)["cases"] = nlohmann::json::array();
+      (*r)["skip_reasons"] = nlohmann::json::object();
+      (*r)["variants"] = nlohmann::json::object();
+    }
+    CHECK(merge_reports({big0, big1})["summary"] == "9223372036854775807 passed, 0 failed");
+    // one case more on shard 1: its next_case would be 2^63
+    big1["shards"][0]["cases_run"] = int64_t{1} << 62;
+    big1["counts"]["passed"] = int64_t{1} << 62;
+    big1["counts"]["total"] = int64_t{1} << 62;
+    CHECK(merge_error({big0, big1}, named).find("b.json: expected shards[0].next_case within 64-bit integers") == 0);
+    // tallies that overflow only when summed
+    big0["numerics"] = {{"q_out.rope: exactly fp32", INT64_MAX}};
+    big1 = s1;
+    big1["config"] = big0["config"];
+    big1["numerics"] = {{"q_out.rope: exactly fp32", 1}};
+    CHECK(merge_error({big0, big1}, named) ==
+          "b.json: expected the merged numerics within 64-bit integers, got a sum beyond 2^63-1");
+  }
+  SUBCASE("shards ran what the campaign gives them") {
+    nlohmann::json bad = s1;
+    bad["shards"][0]["cases_run"] = 7;  // shard 1/2 of 16 cases runs 8
+    bad["shards"][0]["next_case"] = 14;
+    bad["counts"]["passed"] = bad["counts"]["passed"].get<int64_t>() - 1;
+    bad["counts"]["total"] = 7;
+    const std::string e = merge_error({s0, bad}, named);
+    CHECK(e.find("b.json: expected shards[0].cases_run 8 (the share of shard 1/2 in config.cases 16") == 0);
+    bad = s1;
+    bad["shards"][0]["next_case"] = 15;
+    CHECK(merge_error({s0, bad}, named) == "b.json: expected shards[0].next_case 16 (after 8 case(s) of shard 1/2), got 15");
+  }
+  SUBCASE("listed cases: on their shard, once, as many as counted") {
+    nlohmann::json bad = s1;
+    REQUIRE(!bad["cases"].empty());
+    bad["cases"][0]["index"] = 0;  // case 0 runs on shard 0
+    CHECK(merge_error({s0, bad}, named).find("b.json: expected cases[0].index on the report's shards 1 of 2") == 0);
+    bad = s1;
+    bad["cases"].push_back(bad["cases"][0]);
+    CHECK(merge_error({s0, bad}, named).find(" twice") != std::string::npos);
+    bad = s1;
+    bad["counts"]["passed"] = bad["counts"]["passed"].get<int64_t>() + bad["counts"]["failed"].get<int64_t>();
+    bad["counts"]["failed"] = 0;  // the listed FAILED cases, uncounted
+    CHECK(merge_error({s0, bad}, named).find("b.json: expected at most 0 listed FAILED cases (counts.failed)") == 0);
+    bad = s1;
+    bad["cases"].erase(bad["cases"].begin());  // under the cap every non-passed case is listed
+    CHECK(merge_error({s0, bad}, named).find("listed") != std::string::npos);
+  }
+  SUBCASE("a shard at the cap lists fewer cases than it counts; beyond the cap is refused") {
+    const nlohmann::json c0 = skip_campaign(0, 2, 16, 0, 2), c1 = skip_campaign(1, 2, 16, 0, 2);
+    REQUIRE(c0["cases"].size() == 2);
+    merge_options cap;
+    cap.max_reported = 2;
+    CHECK(merge_error({c0, c1}, cap).empty());
+    CHECK(merge_error({s0, s1}, cap).find("expected at most 2 listed cases of shard 0/2") != std::string::npos);
+  }
+  SUBCASE("interrupted reports only with allow_interrupted; the merge is marked") {
+    nlohmann::json cut = s1;
+    cut["interrupted"] = true;
+    CHECK(merge_error({s0, cut}, named).find("b.json: expected a complete campaign") == 0);
+    merge_options allow = named;
+    allow.allow_interrupted = true;
+    CHECK(merge_reports({s0, cut}, allow)["interrupted"] == true);
+    cut["interrupted"] = "yes";
+    CHECK(merge_error({s0, cut}, allow) == "b.json: expected interrupted: true or false, got \"yes\"");
+  }
+  SUBCASE("configs and contract versions of one campaign") {
+    nlohmann::json other = s1;
+    other["config"]["seed"] = 6;
+    CHECK(merge_error({s0, other}, named) == "b.json: expected config.seed 5 (as in a.json: shards of one campaign), got 6");
+    other = s1;
+    other["contract_version"] = other["contract_version"].get<int64_t>() + 1;
+    CHECK(merge_error({s0, other}, named).find("b.json: expected contract_version ") == 0);
+  }
+}
+
+TEST_CASE("merge_reports: --max-failures shards stop early and merge; a shard cut short does not") {
+  const nlohmann::json s0 = skip_campaign(0, 2, 40, 1), s1 = skip_campaign(1, 2, 40, 1);
+  const fuzz_counts c0 = counts_of_report(s0), c1 = counts_of_report(s1);
+  REQUIRE(c0.failed == 1);
+  REQUIRE(c1.failed == 1);
+  REQUIRE(c0.total() < 20);  // each shard stopped at its first failure
+  REQUIRE(s0["config"]["max_failures"] == 1);
+  const nlohmann::json merged = merge_reports({s0, s1});
+  CHECK(merged["counts"]["failed"] == 2);
+  // the same shard stopped one case earlier (before its failure) is refused
+  nlohmann::json cut = s0;
+  const int64_t run = c0.total() - 1;
+  cut["shards"][0]["cases_run"] = run;
+  cut["shards"][0]["next_case"] = run > 0 ? (run - 1) * 2 + 1 : 0;
+  cut["counts"] = {{"passed", run}, {"failed", 0}, {"errored", 0}, {"skipped", 0}, {"mistrusted", 0}, {"total", run}};
+  cut["cases"] = nlohmann::json::array();
+  cut["skip_reasons"] = nlohmann::json::object();
+  cut["variants"] = nlohmann::json::object();
+  CHECK(merge_error({cut, s1}).find("report 1: expected at least 1 FAILED/ERRORED cases") == 0);
+  // a time-bounded campaign's shards may stop anywhere
+  nlohmann::json timed0 = cut, timed1 = s1;
+  for (nlohmann::json* r : {&timed0, &timed1}) (*r)["config"]["time_limit_s"] = 5.0;
+  CHECK(merge_error({timed0, timed1}).empty());
 }
 
 }  // namespace ropekv

@@ -1,6 +1,7 @@
 """The CLI half of the bad-input catalog.
 
-Every row is one bad command line or one unreadable input file. Each must end the process with
+Every row is one bad command line, one unreadable input file or one set of shard reports that
+`report merge` must refuse. Each must end the process with
 exit code 2, print nothing on stdout, and print exactly one line on stderr, of the form
 "ropekv: error: ...", that names the offending argument (each row lists the fragments that line
 must contain). A known CLI defect is recorded as a row marked defect(...) (strict xfail): it starts
@@ -9,6 +10,7 @@ failing (XPASS) the day the CLI is fixed, so the mark must then be removed. None
 Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
 (-v lists every case with its id).
 """
+import copy
 import json
 import os
 import struct
@@ -253,6 +255,17 @@ USAGE_CASES = [
                  id="bench: --json onto an existing file"),
     pytest.param(["golden", "check", "{tmp}/missing.safetensors", "--json", "{tmp}/existing"], ["--json", "--force"],
                  id="golden check: --json onto an existing file"),
+    # fuzz --jobs N: N worker processes of shards 0..N-1 (so no --shard, no one-case --repro)
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--shard", "0/2"], ["--jobs", "--shard"],
+                 id="fuzz --jobs with --shard"),
+    pytest.param(["fuzz", "--jobs", "2", "--repro", SMALL_REPRO], ["--jobs", "--repro"], id="fuzz --jobs with --repro"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "0"], ["--jobs", "decimal integer in 1..", "'0'"], id="fuzz --jobs 0"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "0x2"], ["--jobs", "'0x2'"], id="fuzz --jobs in hex"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "1000000"], ["--jobs", "'1000000'"], id="fuzz --jobs beyond 4 x CPUs"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--backends", "ref,nope"], ["backend", "nope"],
+                 id="fuzz --jobs: unknown backend (no worker starts)"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--json", "{tmp}/no/such/r.json"], ["--json", "existing folder"],
+                 id="fuzz --jobs: report in a missing folder"),
 ]
 
 
@@ -324,6 +337,247 @@ def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
 def test_report_merge_of_a_non_json_file(ropekv_bin, golden_files):
     path = golden_files["good"]
     check_one_error_line(run_cli(ropekv_bin, ["report", "merge", str(path)]), [str(path)])
+
+
+# ---------------------------------------------------------------------------- report merge
+# Reports no campaign can have written. The bad reports are real shard reports of
+# `fuzz --backends ref,ref --cases 6` with one thing changed; merge must refuse each: exit 2,
+# one stderr line naming the report file, nothing written.
+
+def fuzz_shard_report(ropekv_bin, folder, k, n):
+    path = folder / f"shard-{k}-of-{n}.json"
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "6", "--max-tokens", "8", "--seed", "3",
+                             "--shard", f"{k}/{n}", "--json", str(path)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def shard_reports(ropekv_bin, tmp_path_factory):
+    """Real shard reports by shard count: {2: [shard 0/2, shard 1/2], 4: [...]}."""
+    d = tmp_path_factory.mktemp("merge_catalog")
+    return {n: [fuzz_shard_report(ropekv_bin, d, k, n) for k in range(n)] for n in (2, 4)}
+
+
+def listed_case(index, outcome="FAILED"):
+    return {"index": index, "outcome": outcome, "repro": SMALL_REPRO,
+            "replay": f"ropekv fuzz --backends ref,ref --repro '{SMALL_REPRO}'", "message": "edited in",
+            "shrunk_repro": None, "shrunk_replay": None, "shrink_steps": 0, "variant": "", "seconds": 0.0,
+            "dumped_to": None, "regions": []}
+
+
+def with_failure(r, index=None, outcome="FAILED", count=True):
+    """One passed case of the shard turned into a listed failure (as a failing run reports it)."""
+    index = r["shards"][0]["index"] if index is None else index
+    if count:
+        r["counts"]["passed"] -= 1
+        r["counts"][outcome.lower()] += 1
+    r["cases"].append(listed_case(index, outcome))
+    return r
+
+
+def stopped_after(r, cases_run):
+    """Shard k/N as if it ran only its first `cases_run` cases, all passed."""
+    k, n = r["shards"][0]["index"], r["shards"][0]["count"]
+    r["shards"][0].update(cases_run=cases_run, next_case=(cases_run - 1) * n + k + 1 if cases_run else 0)
+    r["counts"].update(passed=cases_run, total=cases_run)
+    excess = sum(r["variants"].values()) - cases_run  # the kernel families of the cases not run
+    for family in sorted(r["variants"]):
+        drop = min(excess, r["variants"][family])
+        r["variants"][family] -= drop
+        excess -= drop
+    return r
+
+
+def edit(fn):
+    def apply(r):
+        fn(r)
+        return r
+    return apply
+
+
+class ReportFiles:
+    """Writes (edited copies of) the real shard reports into one folder."""
+
+    def __init__(self, reports, folder):
+        self.reports, self.folder, self.count = reports, folder, 0
+
+    def shard(self, k, n=2, change=None, text=None):
+        self.count += 1
+        path = self.folder / f"r{self.count}-shard-{k}-of-{n}.json"
+        r = copy.deepcopy(self.reports[n][k])
+        if change is not None:
+            r = change(r)
+        path.write_text(text if text is not None else json.dumps(r, indent=1))
+        return path
+
+    def pair(self, change0=None, change1=None):
+        """Shards 0/2 and 1/2 (the merge of both is complete); the first named in errors."""
+        return [self.shard(0, 2, change0), self.shard(1, 2, change1)]
+
+
+def bad_merge(build, fragments, named=0, args=()):
+    """A row: build(files) -> list of report paths; the error names paths[named] (or all of them
+    when named is None) and contains the fragments."""
+    return build, fragments, named, list(args)
+
+
+def pair_where(change, which=0):
+    return lambda f: f.pair(change if which == 0 else None, change if which == 1 else None)
+
+
+# (id: build the reports, fragments, index of the report the error names)
+MERGE_CASES = [
+    pytest.param(*bad_merge(lambda f: [f.shard(0, 4), f.shard(1, 4), f.shard(3, 4)],
+                            ["expected shards 0..3 of 4", "got 0, 1, 3 (missing 2)"], named=None),
+                 id="merge: a shard missing"),
+    pytest.param(*bad_merge(lambda f: [f.shard(0, 2), f.shard(0, 4)], ["expected shards of 2", "got shard 0/4"], named=1),
+                 id="merge: shards of two counts"),
+    pytest.param(*bad_merge(lambda f: [f.shard(0), f.shard(0), f.shard(1)], ["each shard of 2 once", "shard 0/2 twice"],
+                            named=1),
+                 id="merge: a shard twice"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(passed=-1))), ["counts.passed", "got -1"]),
+                 id="merge: negative count"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(failed=1e300))), ["counts.failed", "got 1e+300"]),
+                 id="merge: count 1e300 (a float)"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(passed=3.0))), ["counts.passed", "got 3.0"]),
+                 id="merge: count 3.0 (a float)"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(skipped=2 ** 63))),
+                            ["counts.skipped", "0..9223372036854775807", "got 9223372036854775808"]),
+                 id="merge: count 2^63"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(passed=2 ** 63 - 1, failed=1, total=0)), 1),
+                            ["counts", "beyond 2^63-1"], named=1),
+                 id="merge: counts whose sum overflows"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(total=4))), ["counts.total 3", "got 4"]),
+                 id="merge: total not the sum of the counts"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(passed=4, total=4))),
+                            ["counts.total 3 (the sum of shards[].cases_run)", "got 4"]),
+                 id="merge: counts beyond the cases run"),
+    pytest.param(*bad_merge(pair_where(lambda r: stopped_after(r, 2)), ["shards[0].cases_run 3", "config.cases 6", "got 2"]),
+                 id="merge: a shard that stopped early"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["shards"][0].update(next_case=4))),
+                            ["shards[0].next_case 5", "got 4"]),
+                 id="merge: next_case not after the cases run"),
+    pytest.param(*bad_merge(pair_where(lambda r: with_failure(r, count=False)),
+                            ["at most 0 listed FAILED cases (counts.failed)", "got 1"]),
+                 id="merge: more listed cases than counted"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["counts"].update(passed=2, errored=1))),
+                            ["1 listed ERRORED cases (counts.errored", "got 0"]),
+                 id="merge: fewer listed cases than counted (below the cap)"),
+    pytest.param(*bad_merge(pair_where(lambda r: with_failure(r, index=1)), ["cases[0].index", "got 1"]),
+                 id="merge: a listed case of another shard"),
+    pytest.param(*bad_merge(pair_where(lambda r: with_failure(r, index=6)), ["cases[0].index", "got 6"]),
+                 id="merge: a listed case beyond the shard's next_case"),
+    pytest.param(*bad_merge(pair_where(lambda r: with_failure(with_failure(r, index=2), index=2)),
+                            ["each case listed once", "case 2 twice"]),
+                 id="merge: a case listed twice"),
+    pytest.param(*bad_merge(pair_where(lambda r: with_failure(r, outcome="PASSED")), ["cases[0].outcome", "\"PASSED\""]),
+                 id="merge: a passed case listed"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["skip_reasons"].update({"ref: edited in": 1}))),
+                            ["skip_reasons summing to counts.skipped 0", "got 1"]),
+                 id="merge: skip_reasons not summing to skipped"),
+    pytest.param(*bad_merge(lambda f: f.pair(lambda r: stopped_after(edit(lambda q: q["config"].update(max_failures=1))(r), 2),
+                                             edit(lambda r: r["config"].update(max_failures=1))),
+                            ["at least 1 FAILED/ERRORED cases", "got 0"]),
+                 id="merge: --max-failures shard stopped without a failure"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r.update(interrupted=True)), 1),
+                            ["--allow-interrupted", "got \"interrupted\": true"], named=1),
+                 id="merge: an interrupted campaign"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r.update(interrupted="yes"))), ["interrupted: true or false", "\"yes\""]),
+                 id="merge: interrupted not a boolean"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r["config"].update(seed=4)), 1), ["config.seed 3 (as in", "got 4"],
+                            named=1),
+                 id="merge: configs of two campaigns"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r.update(contract_version=r["contract_version"] + 1)), 1),
+                            ["contract_version"], named=1),
+                 id="merge: contract versions differ"),
+    pytest.param(*bad_merge(pair_where(edit(lambda r: r.pop("counts"))), ["counts present", "got none"]),
+                 id="merge: counts missing"),
+    pytest.param(*bad_merge(pair_where(lambda r: [1, 2, 3]), ["a ropekv fuzz report", "got an array of 3"]),
+                 id="merge: not a fuzz report"),
+    pytest.param(*bad_merge(lambda f: [f.shard(0, text="[" * 100 + "]" * 100), f.shard(1)], ["nested at most 64 deep"]),
+                 id="merge: JSON nested 100 deep"),
+]
+
+
+@pytest.mark.parametrize("build,fragments,named,extra", MERGE_CASES)
+def test_report_merge_refuses(ropekv_bin, shard_reports, tmp_path, build, fragments, named, extra):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    files = build(ReportFiles(shard_reports, inputs))
+    before = {p: p.read_bytes() for p in files}
+    out = tmp_path / "merged.json"
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, files), "--json", str(out), *extra])
+    check_one_error_line(r, [*fragments, *(map(str, files) if named is None else [str(files[named])])])
+    assert not out.exists() and sorted(tmp_path.iterdir()) == [inputs], "a refused merge wrote something"
+    assert {p: p.read_bytes() for p in files} == before, "report merge modified its input"
+
+
+def special_file(kind, tmp_path):
+    if kind == "fifo":
+        p = tmp_path / "fifo.json"
+        os.mkfifo(p)  # no writer: reading it would block forever
+        return p
+    if kind == "dir":
+        p = tmp_path / "folder.json"
+        p.mkdir()
+        return p
+    if kind == "large":
+        p = tmp_path / "large.json"
+        with open(p, "wb") as f:
+            f.truncate(64 * 1024 * 1024 + 1)  # sparse: 64 MiB + 1 byte of zeros
+        return p
+    return Path("/dev/zero")  # endless: reading it would never end
+
+
+# (kind of file, fragments besides its path): refused without reading it, let alone blocking on it
+SPECIAL_FILE_CASES = [
+    pytest.param("fifo", ["expected a readable regular file", "got a FIFO"], id="merge: a FIFO"),
+    pytest.param("dir", ["got a directory"], id="merge: a directory"),
+    pytest.param("zero", ["got a character device"], id="merge: /dev/zero"),
+    pytest.param("large", ["at most 67108864 bytes", "got 67108865 bytes"], id="merge: a file over 64 MiB"),
+]
+
+
+@pytest.mark.parametrize("kind,fragments", SPECIAL_FILE_CASES)
+def test_report_merge_refuses_a_file_that_is_no_report(ropekv_bin, shard_reports, tmp_path, kind, fragments):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    bad = special_file(kind, inputs)
+    good = ReportFiles(shard_reports, inputs).shard(1)
+    out = tmp_path / "merged.json"
+    r = run_cli(ropekv_bin, ["report", "merge", str(good), str(bad), "--json", str(out)], timeout=30)
+    check_one_error_line(r, [str(bad), *fragments])
+    assert not out.exists()
+
+
+def test_report_merge_controls(ropekv_bin, shard_reports, tmp_path):
+    # the unedited shards merge; so do the edits above where they keep a report consistent
+    f = ReportFiles(shard_reports, tmp_path)
+    out = tmp_path / "m.json"
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, f.pair()), "--json", str(out)])
+    assert r.returncode == 0, r.stderr
+    m = json.loads(out.read_text())
+    assert m["counts"]["total"] == 6 and m["interrupted"] is False
+    assert [sh["index"] for sh in m["shards"]] == [0, 1]
+    # a listed failure on its shard (exit 1: the campaign has a failure)
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, f.pair(None, lambda r: with_failure(r, index=3)))])
+    assert r.returncode == 1, r.stderr
+    assert "case 3: FAILED edited in" in r.stdout and r.stdout.splitlines()[-1] == "5 passed, 1 failed"
+    # a --max-failures shard that stopped right after its failure
+    def stopped_at_failure(r):
+        stopped_after(edit(lambda q: q["config"].update(max_failures=1))(r), 2)
+        return with_failure(r, index=2)
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, f.pair(stopped_at_failure,
+                                                                   edit(lambda q: q["config"].update(max_failures=1))))])
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines()[-1] == "4 passed, 1 failed"
+    # an interrupted shard with --allow-interrupted: the merged report says so
+    files = f.pair(None, lambda r: stopped_after(edit(lambda q: q.update(interrupted=True))(r), 1))
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, files), "--allow-interrupted", "--json", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["interrupted"] is True
+    assert "interrupted" in r.stdout
 
 
 def test_the_valid_golden_file_passes(ropekv_bin, golden_files):
