@@ -254,7 +254,7 @@ while [ -z "$fuzz_pid" ]; do
   jid=$(squeue -h -j "${job}_$victim" -t RUNNING -o %A 2>/dev/null || true)
   if [ -n "$jid" ]; then
     for p in $(scontrol listpids "$jid" 2>/dev/null | awk 'NR > 1 {print $1}'); do
-      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ropekv ] && fuzz_pid=$p
+      case "$(cat "/proc/$p/comm" 2>/dev/null)" in ropekv*) fuzz_pid=$p ;; esac
     done
   fi
   sleep 0.1
@@ -275,14 +275,26 @@ else
   [ -z "$others" ] || { show_logs "$run2"; echo "slurm: FAILED: the other tasks did not complete:$others"; failed+=(array-2); }
   shard=$((victim - task_min))
   present=$(find "$run2/reports" -name "shard-*.json" | wc -l)
+  # What the cancelled shard left: no report, or one of the cases it ran before it stopped.
+  left="no report"
+  if [ -f "$run2/reports/shard-$victim.json" ]; then
+    left=$(python3 - "$run2/reports/shard-$victim.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, c = r["shards"][0], r["config"]["cases"]
+due = (c - s["index"] + s["count"] - 1) // s["count"]
+print(f"a report of {s['cases_run']} of its {due} cases" + (", marked interrupted" if r.get("interrupted") or s.get("interrupted") else ""))
+EOF
+    ) || left="an unreadable report"
+  fi
   merge_rc=0
   msg=$(cd "$run2" && "$bin" report merge reports/shard-*.json --json merged.json 2>&1) || merge_rc=$?
   if [ $merge_rc -eq 0 ]; then
     echo "$msg"
-    echo "slurm: FAILED: shard $shard was cancelled mid-run, yet report merge of the $present report(s) that exist exited 0"
+    echo "slurm: FAILED: shard $shard was cancelled mid-run ($left), yet report merge of the $present report(s) that exist exited 0"
     failed+=(merge-missing-shard)
   else
-    echo "slurm: shard $shard cancelled mid-run (ropekv pid $fuzz_pid): report merge of the $present other report(s) exits $merge_rc: $(tail -n 1 <<<"$msg")"
+    echo "slurm: shard $shard cancelled mid-run ($left): report merge of the $present report(s) exits $merge_rc: $(tail -n 1 <<<"$msg")"
   fi
 fi
 echo "slurm: cancelled-shard check $((SECONDS - t2))s"
