@@ -38,7 +38,7 @@ for v in $(compgen -e); do case $v in SLURM_* | JOB_COMPLETION_INDEX) unset "$v"
 tmp=$(mktemp -d /tmp/ropekv-slurm.XXXXXX)
 chmod 755 "$tmp"   # munged wants its socket folder searchable by everyone
 node=$(uname -n | cut -d. -f1)
-munged_pid="" ctld_pid="" slurmd_pid=""
+munged_pid="" ctld_pid="" slurmd_pid="" checked=0
 
 stop_pid() {   # PID NAME: SIGTERM, up to 15 s, then SIGKILL
   local pid=$1 i
@@ -59,7 +59,7 @@ cleanup() {
       for i in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
     fi
   fi
-  if [ $rc -ne 0 ]; then
+  if [ $rc -ne 0 ] && [ $checked -eq 0 ]; then   # not a failed check but the cluster or the script: its logs
     for f in slurmctld.log slurmd.log munged.log; do
       [ -s "$tmp/$f" ] && { echo "--- $f (last 15 lines)"; tail -n 15 "$tmp/$f"; }
     done
@@ -299,5 +299,6 @@ EOF
 fi
 echo "slurm: cancelled-shard check $((SECONDS - t2))s"
 
+checked=1
 if [ ${#failed[@]} -gt 0 ]; then echo "slurm: FAILED: ${failed[*]}"; exit 1; fi
 echo "slurm: all passed (${SECONDS}s)"
