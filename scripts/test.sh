@@ -6,10 +6,13 @@
 #   2. ctest: C++ unit tests (doctest), Python tests (pytest: ml_dtypes cross-checks, numpy
 #      oracle vs reference, CLI, the Python package and its PyTorch op, examples/), 2000 random
 #      cases of ref vs sim;
-#   3. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. libFuzzer targets, 40 s each (scripts/fuzz.sh);
-#   5. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
-# Skips: ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
+#   3. slurm: the Slurm array recipe of docs/fuzz.md on a one-node cluster on localhost (slurmctld,
+#      slurmd, munge from Debian): 4 shards merged = the unsharded run, and merge fails after a shard
+#      is cancelled mid-run (scripts/slurm_test.sh);
+#   4. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   5. libFuzzer targets, 40 s each (scripts/fuzz.sh);
+#   6. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
+# Skips: ROPEKV_SKIP_SLURM=1, ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -28,6 +31,12 @@ failed=()
 echo "== ctest"
 (cd "$build_dir" && ctest --output-on-failure) || failed+=(ctest)
 lap ctest
+
+if [ "${ROPEKV_SKIP_SLURM:-0}" != "1" ]; then
+  echo "== Slurm array (docs/fuzz.md) on a one-node cluster"
+  bash scripts/slurm_test.sh "$build_dir/ropekv" || failed+=(slurm)
+  lap slurm
+fi
 
 if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
   echo "== C++ unit tests under ASan + UBSan"
