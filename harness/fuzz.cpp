@@ -554,16 +554,33 @@ nlohmann::json fuzz_report_json(const fuzz_options& opt, const fuzz_summary& s) 
           {"summary", summary_line(s.counts)}};
 }
 
-fuzz_counts counts_of_report(const nlohmann::json& r) {
+namespace {
+
+// A count read from a report (counts, skip_reasons, variants, numerics, a case's index): an
+// integer 0 .. 2^40 (the bound of --cases). A float such as 1e300 is refused before any cast
+// (converting it to int64 is undefined), as is 1.5 (not truncated to 1).
+int64_t report_count(const nlohmann::json& v, const std::string& where) {
+  const int64_t max = int64_t{1} << 40;
+  const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(max)
+                                         : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= max;
+  if (!ok) throw arg_error(where, "an integer 0..1099511627776", v.dump());
+  return v.get<int64_t>();
+}
+
+fuzz_counts counts_at(const nlohmann::json& r, const std::string& where) {
   fuzz_counts c;
   const auto& k = r.at("counts");
-  c.passed = k.at("passed").get<int64_t>();
-  c.failed = k.at("failed").get<int64_t>();
-  c.errored = k.at("errored").get<int64_t>();
-  c.skipped = k.at("skipped").get<int64_t>();
-  c.mistrusted = k.at("mistrusted").get<int64_t>();
+  c.passed = report_count(k.at("passed"), where + ".passed");
+  c.failed = report_count(k.at("failed"), where + ".failed");
+  c.errored = report_count(k.at("errored"), where + ".errored");
+  c.skipped = report_count(k.at("skipped"), where + ".skipped");
+  c.mistrusted = report_count(k.at("mistrusted"), where + ".mistrusted");
   return c;
 }
+
+}  // namespace
+
+fuzz_counts counts_of_report(const nlohmann::json& r) { return counts_at(r, "counts"); }
 
 nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
   if (reports.empty()) throw arg_error("report merge", "at least one report", "none");
@@ -599,18 +616,22 @@ nlohmann::json merge_reports(const std::vector<nlohmann::json>& reports) {
       }
       shards.push_back(sh);
     }
-    fuzz_counts k = counts_of_report(r);
+    const std::string where = fmt::format("report {} ", i + 1);
+    fuzz_counts k = counts_at(r, where + "counts");
     c.passed += k.passed;
     c.failed += k.failed;
     c.errored += k.errored;
     c.skipped += k.skipped;
     c.mistrusted += k.mistrusted;
-    for (const auto& cs : r.at("cases")) cases.push_back(cs);
-    for (const auto& [why, n] : r.at("skip_reasons").items()) skips[why] += n.get<int64_t>();
+    for (const auto& cs : r.at("cases")) {
+      report_count(cs.at("index"), where + "cases[].index");  // the sort below reads it
+      cases.push_back(cs);
+    }
+    for (const auto& [why, n] : r.at("skip_reasons").items()) skips[why] += report_count(n, where + "skip_reasons." + why);
     if (r.contains("variants"))  // absent in reports written before it existed
-      for (const auto& [v, n] : r.at("variants").items()) variants[v] += n.get<int64_t>();
+      for (const auto& [v, n] : r.at("variants").items()) variants[v] += report_count(n, where + "variants." + v);
     if (r.contains("numerics"))
-      for (const auto& [v, n] : r.at("numerics").items()) numerics[v] += n.get<int64_t>();
+      for (const auto& [v, n] : r.at("numerics").items()) numerics[v] += report_count(n, where + "numerics." + v);
   }
   std::stable_sort(cases.begin(), cases.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
     return x.at("index").get<int64_t>() < y.at("index").get<int64_t>();

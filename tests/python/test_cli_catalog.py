@@ -9,6 +9,8 @@ failing (XPASS) the day the CLI is fixed, so the mark must then be removed. None
 Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
 (-v lists every case with its id).
 """
+import copy
+import json
 import os
 import struct
 import subprocess
@@ -258,6 +260,42 @@ def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
 def test_report_merge_of_a_non_json_file(ropekv_bin, golden_files):
     path = golden_files["good"]
     check_one_error_line(run_cli(ropekv_bin, ["report", "merge", str(path)]), [str(path)])
+
+
+@pytest.fixture(scope="module")
+def fuzz_report(ropekv_bin, tmp_path_factory):
+    """A valid fuzz report (one case, ref vs ref), as parsed JSON."""
+    path = tmp_path_factory.mktemp("reports") / "r.json"
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "1", "--json", str(path)])
+    assert r.returncode == 0, r.stderr
+    return json.loads(path.read_text())
+
+
+# (section, key, value, fragments): a count of a report that is not an integer 0..2^40 is
+# refused before any conversion (a float beyond int64's range converted to it is undefined).
+MERGE_CASES = [
+    pytest.param("counts", "passed", 1e300, ["report 1 counts.passed", "1e+300"], id="report merge: count 1e300"),
+    pytest.param("counts", "failed", 1.5, ["report 1 counts.failed", "1.5"], id="report merge: count 1.5"),
+    pytest.param("skip_reasons", "ref: x", -1e30, ["report 1 skip_reasons.ref: x", "-1e+30"],
+                 id="report merge: skip count -1e30"),
+]
+
+
+@pytest.mark.parametrize("section,key,value,fragments", MERGE_CASES)
+def test_report_merge_of_a_bad_count(ropekv_bin, fuzz_report, tmp_path, section, key, value, fragments):
+    report = copy.deepcopy(fuzz_report)
+    report[section][key] = value
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    check_one_error_line(run_cli(ropekv_bin, ["report", "merge", str(path)]), fragments)
+
+
+def test_report_merge_of_the_valid_report(ropekv_bin, fuzz_report, tmp_path):
+    # Control: the rows above fail because of the value, not because the base report is bad.
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(fuzz_report))
+    r = run_cli(ropekv_bin, ["report", "merge", str(path)])
+    assert r.returncode == 0 and r.stderr == "", (r.returncode, r.stderr)
 
 
 def test_the_valid_golden_file_passes(ropekv_bin, golden_files):
