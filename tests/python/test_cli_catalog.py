@@ -7,7 +7,8 @@ must contain). A known CLI defect is recorded as a row marked defect(...) (stric
 failing (XPASS) the day the CLI is fixed, so the mark must then be removed. None is open now.
 
 Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
-(-v lists every case with its id).
+(-v lists every case with its id). scripts/test.sh also runs it against build-asan/ropekv (ASan +
+UBSan, float-cast-overflow included), where a sanitizer finding exits 86: no row passes with one.
 """
 import copy
 import json
