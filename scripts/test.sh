@@ -9,7 +9,8 @@
 #   3. slurm: the Slurm array recipe of docs/fuzz.md on a one-node cluster on localhost (slurmctld,
 #      slurmd, munge from Debian): 4 shards merged = the unsharded run, and merge fails after a shard
 #      is cancelled mid-run (scripts/slurm_test.sh);
-#   4. the C++ unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the C++ unit tests and the CLI catalog (tests/python/test_cli_catalog.py) again under
+#      AddressSanitizer + UndefinedBehaviorSanitizer, float-cast-overflow included;
 #   5. libFuzzer targets, 40 s each (scripts/fuzz.sh);
 #   6. GPU compile checks: nvcc sm_90a, hipcc gfx90a, clang-19 gfx942 (scripts/gpu_compile_checks.sh).
 # Skips: ROPEKV_SKIP_SLURM=1, ROPEKV_SKIP_SANITIZE=1, ROPEKV_SKIP_FUZZ=1, ROPEKV_SKIP_GPU_BUILDS=1.
@@ -39,16 +40,21 @@ if [ "${ROPEKV_SKIP_SLURM:-0}" != "1" ]; then
 fi
 
 if [ "${ROPEKV_SKIP_SANITIZE:-0}" != "1" ]; then
-  echo "== C++ unit tests under ASan + UBSan"
+  echo "== C++ unit tests and the CLI catalog under ASan + UBSan"
   asan=build-asan
   if [ ! -f $asan/CMakeCache.txt ]; then
     # -O1 -g1: the checks and line numbers of a stack trace, at about half the compile time of -O2 -g
     cmake -S . -B $asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DROPEKV_SANITIZE=ON >/dev/null
   fi
-  if cmake --build $asan -j "$jobs" --target ropekv_tests >$asan/build.log 2>&1; then
+  if cmake --build $asan -j "$jobs" --target ropekv_tests ropekv >$asan/build.log 2>&1; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ./$asan/ropekv_tests --minimal || failed+=(sanitizers)
+    # A sanitizer finding ends the CLI with exit 86 and its report on stderr: the catalog's rows
+    # expect exit 2 and one error line, or exit 0, so either way the row fails.
+    ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=86 \
+      ROPEKV_BIN="$PWD/$asan/ropekv" "$build_dir/venv/bin/python" -m pytest -q \
+      tests/python/test_cli_catalog.py || failed+=(sanitizers-cli)
   else
     tail -n 40 $asan/build.log; failed+=(sanitizer-build)
   fi

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -370,6 +371,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   if (o.threads < 1 || o.threads > 1024) throw arg_error("--threads", "1..1024", std::to_string(o.threads));
   if (o.calls_per_graph < 1 || o.calls_per_graph > 1000) throw arg_error("--calls-per-graph", "1..1000", std::to_string(o.calls_per_graph));
   if (o.copy_mb < 1 || o.copy_mb > 65536) throw arg_error("--copy-mb", "1..65536", std::to_string(o.copy_mb));
+  if (!std::isfinite(o.budget_s) || !(o.budget_s >= 0))  // a NaN or inf budget: null in the JSON
+    throw arg_error("--budget", "a finite number of seconds >= 0", fmt::format("{}", o.budget_s));
   if (o.cold && !gpu) throw arg_error("--cold", "the hip backend", bname);
   if (!o.json.empty()) {  // before the measurements, not after
     check_writable_path(o.json, "--json");

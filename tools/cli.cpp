@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -112,7 +113,7 @@ double parse_duration_s(const std::string& text, const char* arg) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != num.size() || num.empty() || !(v > 0)) {
+  if (used != num.size() || num.empty() || !(v > 0) || !std::isfinite(v * mult)) {  // inf, 1e308h
     throw arg_error(arg, "a positive duration like 60s, 5m, 1h or 90", "'" + text + "'");
   }
   return v * mult;

@@ -8,7 +8,8 @@ must contain). A known CLI defect is recorded as a row marked defect(...) (stric
 failing (XPASS) the day the CLI is fixed, so the mark must then be removed. None is open now.
 
 Run: ROPEKV_BIN=build/ropekv python -m pytest -v tests/python/test_cli_catalog.py
-(-v lists every case with its id).
+(-v lists every case with its id). scripts/test.sh also runs it against build-asan/ropekv (ASan +
+UBSan, float-cast-overflow included), where a sanitizer finding exits 86: no row passes with one.
 """
 import copy
 import json
@@ -193,6 +194,8 @@ USAGE_CASES = [
     pytest.param(["fuzz", "--time", "-5s"], ["--time", "-5s"], id="time negative"),
     pytest.param(["fuzz", "--time", "0"], ["--time"], id="time zero"),
     pytest.param(["fuzz", "--time", "5x"], ["--time", "5x"], id="time unknown unit"),
+    pytest.param(["fuzz", "--time", "inf"], ["--time", "'inf'"], id="time inf"),
+    pytest.param(["fuzz", "--time", "1e308h"], ["--time", "'1e308h'"], id="time 1e308h (inf seconds)"),
     pytest.param(["fuzz", "--seed", "abc"], ["--seed", "abc"], id="seed not an integer"),
     pytest.param(["fuzz", "--cases", "-3"], ["--cases", "-3"], id="negative case count"),
     pytest.param(["fuzz", "--cases", "1", "--max-ulp", "-1"], ["--max-ulp"], id="negative max-ulp"),
@@ -222,6 +225,8 @@ USAGE_CASES = [
     pytest.param(["bench", "--backend", "ref", "--copy-mb", "17592186044416"], ["--copy-mb", "1..65536"],
                  id="bench: copy of 2^44 MiB"),
     pytest.param(["bench", "--backend", "ref", "--variant", "hpb=0x4"], ["--variant", "'0x4'"], id="bench: variant value in hex"),
+    pytest.param(["bench", "--backend", "ref", "--budget", "nan"], ["--budget", "finite", "nan"], id="bench: budget NaN"),
+    pytest.param(["bench", "--backend", "ref", "--budget", "1e999"], ["--budget", "finite", "inf"], id="bench: budget 1e999 (inf)"),
     # lists without empty items; text options given empty
     pytest.param(["bench", "--backend", "ref", "--mode", ","], ["--mode", "non-empty items"], id="bench: mode list ','"),
     pytest.param(["bench", "--backend", "ref", "--cache", "bf16,,f16"], ["--cache", "'bf16,,f16'"],
