@@ -579,7 +579,7 @@ def test_report_merge_controls(ropekv_bin, shard_reports, tmp_path):
     assert r.stdout.splitlines()[-1] == "4 passed, 1 failed"
     # an interrupted shard with --allow-interrupted: the merged report says so
     files = f.pair(None, lambda r: stopped_after(edit(lambda q: q.update(interrupted=True))(r), 1))
-    r = run_cli(ropekv_bin, ["report", "merge", *map(str, files), "--allow-interrupted", "--json", str(out)])
+    r = run_cli(ropekv_bin, ["report", "merge", *map(str, files), "--allow-interrupted", "--json", str(out), "--force"])
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["interrupted"] is True
     assert "interrupted" in r.stdout
