@@ -548,10 +548,8 @@ tensor_file read_safetensors(const std::string& path) {
   if (covered != data_size)
     file_error(path, "size", fmt::format("{} bytes (header and tensor data)", data_at + covered),
                fmt::format("{} bytes ({} trailing)", size, data_size - covered));
-  for (auto& [name, t] : tf.tensors) {
-    auto e = std::find_if(extents.begin(), extents.end(), [&](const extent& x) { return x.name == name; });
-    in.read_at(data_at + e->begin, t.bytes.data(), t.bytes.size(), "tensor " + name);
-  }
+  for (const extent& e : extents)
+    in.read_at(data_at + e.begin, tf.tensors.at(e.name).bytes.data(), e.end - e.begin, "tensor " + e.name);
   return tf;
 }
 

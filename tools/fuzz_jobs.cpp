@@ -15,59 +15,29 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace ropekv {
 
 namespace {
 
-std::string file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-struct fd_closer {
-  int fd;
-  ~fd_closer() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 std::string read_report_file(const std::string& path, int64_t max_bytes) {
-  const std::string want = "a readable regular file (a fuzz report)";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) throw arg_error(path, want, std::strerror(errno));
-  const fd_closer guard{fd};
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) throw arg_error(path, want, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw arg_error(path, want, file_kind(st.st_mode));
-  const auto too_big = [&](int64_t size) {
-    return arg_error(path, fmt::format("a report of at most {} bytes", max_bytes), fmt::format("{} bytes", size));
-  };
-  if (st.st_size > max_bytes) throw too_big(st.st_size);
-  std::string text;
-  text.reserve(static_cast<size_t>(st.st_size));
-  constexpr size_t piece = size_t{1} << 20;
-  std::string buf(piece, '\0');
-  while (true) {
-    // never more than one byte past the limit (a file that grows while it is read)
-    const size_t room = static_cast<size_t>(max_bytes + 1 - static_cast<int64_t>(text.size()));
-    const ssize_t n = ::read(fd, buf.data(), std::min(piece, room));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw arg_error(path, want, std::strerror(errno));
-    }
-    if (n == 0) break;
-    text.append(buf.data(), static_cast<size_t>(n));
-    if (static_cast<int64_t>(text.size()) > max_bytes) throw too_big(static_cast<int64_t>(text.size()));
+  // core/file_io's input_file: regular files only (a FIFO refused without blocking), size first
+  std::optional<input_file> in;
+  try {
+    in.emplace(path);
+  } catch (const arg_error& e) {
+    throw arg_error(path, "a readable regular file (a fuzz report)", e.got());
   }
+  if (in->size() > static_cast<uint64_t>(max_bytes))
+    throw arg_error(path, fmt::format("a report of at most {} bytes", max_bytes), fmt::format("{} bytes", in->size()));
+  std::string text(static_cast<size_t>(in->size()), '\0');
+  in->read_at(0, text.data(), in->size());
   return text;
 }
 
