@@ -128,7 +128,8 @@ struct output_rule {
 // kv_c's row (dtype `in`) and the exact rope values `rot` (rounded into k_pe's dtype `rope_t`).
 // Per tile of 128 nope values: amax = the largest |x| (fp32(x) exact; NaN ignored, as fmaxf
 // does); scale = fp32(amax / 448), at least FLT_MIN (amax) or at least fp32(1e-4) and then the
-// smallest power of two >= it (pow2); each value round_sat_e4m3fn(fp32(fp32(x) / scale)).
+// smallest power of two >= it (pow2); each value round_sat_e4m3fn(fp32(fp32(x) / scale)), where
+// +-inf / inf is the positive NaN.
 void write_ds_mla_entry(dtype in, const uint8_t* kv_row, const double* rot, dtype rope_t, ds_scale rule,
                         uint8_t* entry, scratch_rows& s) {
   float* x = s.nope.data();
@@ -152,7 +153,12 @@ void write_ds_mla_entry(dtype in, const uint8_t* kv_row, const double* rot, dtyp
         if (m != 0.5f) scale = std::ldexp(1.0f, e);  // inf beyond float's range
       }
     }
-    for (int64_t i = 0; i < ds_mla_tile_elems; ++i) v[k * ds_mla_tile_elems + i] = static_cast<float>(tile[i] / scale);
+    for (int64_t i = 0; i < ds_mla_tile_elems; ++i) {
+      const float q = tile[i] / scale;
+      // +-inf / inf: the positive NaN, on every platform (x86's default NaN is negative); a NaN
+      // input keeps its sign
+      v[k * ds_mla_tile_elems + i] = std::isnan(q) && !std::isnan(tile[i]) ? std::numeric_limits<double>::quiet_NaN() : q;
+    }
     std::memcpy(entry + ds_mla_scales_offset_bytes + 4 * k, &scale, sizeof scale);
   }
   encode_row_from_f64(dtype::fp8_e4m3fn, v, entry, ds_mla_dn, overflow_mode::saturate);

@@ -593,6 +593,13 @@ ROPEKV_DEVICE float rk_ds_tile_scale(float amax, int32_t pow2) {
   return s > 1.17549435e-38f ? s : 1.17549435e-38f;  // FLT_MIN
 }
 
+// The quotient q of x by its tile scale, NaN signs made platform-independent (core/SPEC.md "The
+// fp8_ds_mla layout"): a NaN x stays itself (its sign kept); +-inf / inf is the positive quiet
+// NaN on every platform (GPUs give it; x86 would give the negative default NaN).
+ROPEKV_DEVICE float rk_ds_quotient(float x, float q) {
+  return x != x ? x : (q != q ? rk_bits_f32(0x7fc00000u) : q);
+}
+
 // fp32(x / scale) for x a 16-bit value (bf16 / f16) and scale a tile scale (a finite fp32 >= 2^-126,
 // or inf), without an fp32 division per value: fp32(double(x) * inv_d), inv_d = the double
 // 1 / scale rounded once. Exact: the double product is within 2^-52 (relative) of x / scale,
@@ -600,11 +607,10 @@ ROPEKV_DEVICE float rk_ds_tile_scale(float amax, int32_t pow2) {
 // from every midpoint (x, scale: 24-bit significands, a midpoint: 25 bits), and it is never a
 // midpoint in the normal range (the odd 25-bit significand times scale's would need more than
 // 24 bits); below 2^-126 (fp32 subnormals) the quotient's e4m3fn code is a zero of x's sign
-// either way. scale = inf: inv_d = 0, so finite x gives +-0 as x / inf does. A NaN x stays
-// itself (its sign is kept, as the reference's division keeps it).
+// either way. scale = inf: inv_d = 0, so finite x gives +-0 as x / inf does, and +-inf gives
+// NaN (rk_ds_quotient).
 ROPEKV_DEVICE float rk_div_by_tile_scale(float x, double inv_d) {
-  const float q = static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d));
-  return x != x ? x : q;
+  return rk_ds_quotient(x, static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d)));
 }
 
 // Token t's fp8_ds_mla entry: units 0..3 are the nope tiles (each thread reduces its tile's
@@ -631,8 +637,7 @@ ROPEKV_DEVICE void rk_write_ds_mla_entry(const rk_params& p, int64_t t, int64_t 
       rk_store_elem(rk_f32, dst + rk_ds_scales_at + 4 * u, rk_f32_bits(scale));
       for (int64_t i = 0; i < rk_ds_tile; ++i) {
         const float x = rk_decode(p.k_dtype, rk_load_elem(p.k_dtype, src + i * k_sz));
-        const float q = x != x ? x : ROPEKV_FDIV_RN(x, scale);  // a NaN keeps its sign (GPU divisions canonicalise)
-        rk_store_elem(rk_e4m3fn, dst + u * rk_ds_tile + i, rk_encode(rk_e4m3fn, q));
+        rk_store_elem(rk_e4m3fn, dst + u * rk_ds_tile + i, rk_encode(rk_e4m3fn, rk_ds_quotient(x, ROPEKV_FDIV_RN(x, scale))));
       }
     } else {  // rope into k's own dtype, unscaled (a 16-bit output: the scale arguments are unused)
       rk_rope_pair(p, kpe_row, p.k_dtype, p.inplace_k ? kpe_row : nullptr, kpe_out_row, dst + rk_ds_rope_at, false,
@@ -1484,10 +1489,11 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
   ROPEKV_UNROLL
   for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
   if (p.ds_pow2) {
-    // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact)
+    // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact); the
+    // NaNs as the division's (rk_ds_quotient: a GPU multiply would drop a NaN input's sign)
     const float inv = ROPEKV_FDIV_RN(1.0f, scale);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) v[i] = ROPEKV_FMUL_RN(v[i], inv);
+    for (int i = 0; i < 16; ++i) v[i] = rk_ds_quotient(v[i], ROPEKV_FMUL_RN(v[i], inv));
   } else {
     const double inv_d = ROPEKV_DDIV_RN(1.0, static_cast<double>(scale));
     ROPEKV_UNROLL

@@ -806,6 +806,39 @@ TEST_CASE("reference: decode outputs: N = 0 writes no decode row; N = Tq all; wi
   CHECK(none[0] == 555.0f);
 }
 
+// Layout fp8_ds_mla, a tile holding +-inf (core/SPEC.md): scale inf under both rules, finite
+// values +-0, each infinity the positive NaN 0x7f whatever its sign (x86's inf / inf is the
+// negative NaN; GPUs give the positive one), a NaN input keeping its sign (0xff, 0x7f).
+TEST_CASE("reference: layout fp8_ds_mla, a tile with +-inf gets scale inf and the positive NaN for each infinity") {
+  for (const char* rule : {"amax", "pow2"}) {
+    INFO("ds_scale " << rule);
+    problem p = parse_problem(fmt::format(
+        "tq=1 ts=1 tk=1 h=1 dn=512 dr=64 bs=2 nb=1 in=bf16 qo=bf16 layout=fp8_ds_mla cache=u8 ds_scale={} seed=5", rule));
+    case_data c = make_case(p);
+    auto* row = static_cast<uint16_t*>(c.args.kv_c.data);
+    const uint16_t tile1[5] = {0x7f80, 0xff80, 0x4000, 0xc000, 0x8000};  // +inf, -inf, 2, -2, -0
+    for (int64_t d = 0; d < 512; ++d) row[d] = 0x3f80;  // 1.0
+    for (int i = 0; i < 5; ++i) row[128 + i] = tile1[i];
+    row[300] = 0xffc1;  // a negative NaN in tile 2 (skipped by its amax)
+    row[301] = 0x7fc0;  // a positive NaN
+    reference_run(c.args);
+    const std::vector<int64_t> slots = read_indices(c.args.slot_mapping, 1);
+    REQUIRE(slots[0] >= 0);
+    const int64_t bs = p.block_size;
+    const auto* entry = static_cast<const uint8_t*>(c.args.cache.data) + (slots[0] / bs) * c.args.cache.strides_elems[0] +
+                        (slots[0] % bs) * c.args.cache.strides_elems[1];
+    uint32_t scale1 = 0;
+    std::memcpy(&scale1, entry + 512 + 4, 4);
+    CHECK(scale1 == 0x7f800000u);  // +inf
+    const uint8_t codes1[5] = {0x7f, 0x7f, 0x00, 0x80, 0x80};
+    for (int i = 0; i < 5; ++i) CHECK(entry[128 + i] == codes1[i]);
+    for (int64_t d = 133; d < 256; ++d) CHECK(entry[d] == 0x00);  // 1 / inf = +0
+    CHECK(entry[300] == 0xff);
+    CHECK(entry[301] == 0x7f);
+    CHECK(entry[0] == (std::string(rule) == "pow2" ? 0x78 : 0x7e));  // amax: 1 / fp32(1/448) -> 448; pow2: scale 2^-8, 256
+  }
+}
+
 // Layout fp8_ds_mla (core/SPEC.md "The fp8_ds_mla layout"): one token's 656-byte entry with
 // tiles whose bytes and scales are worked out here by hand, both tile scale rules; the rope part
 // equals a joint bf16 cache's rope part of the same inputs; nothing else of the cache is written.

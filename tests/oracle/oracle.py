@@ -558,6 +558,7 @@ def ds_mla_entries(kv_c_rows, rope_rows, rule: str) -> np.ndarray:
     x32 = np.asarray(kv_c_rows).astype(np.float32).reshape(k, 4, 128)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         v = (x32 / scales[:, :, None]).astype(np.float32)
+    v = np.where(np.isnan(v) & ~np.isnan(x32), np.float32(np.nan), v)  # +-inf / inf: the positive NaN
     m = np.float32(448.0)
     v = np.where(np.isnan(v), v, np.clip(v, -m, m))
     nope = v.reshape(k, 512).astype(NP_DTYPES["fp8_e4m3fn"])  # one RNE rounding of a float32
