@@ -607,10 +607,11 @@ ROPEKV_DEVICE float rk_ds_quotient(float x, float q) {
 // from every midpoint (x, scale: 24-bit significands, a midpoint: 25 bits), and it is never a
 // midpoint in the normal range (the odd 25-bit significand times scale's would need more than
 // 24 bits); below 2^-126 (fp32 subnormals) the quotient's e4m3fn code is a zero of x's sign
-// either way. scale = inf: inv_d = 0, so finite x gives +-0 as x / inf does, and +-inf gives
-// NaN (rk_ds_quotient).
+// either way. scale = inf: inv_d = 0, so finite x gives +-0 as x / inf does, and +-inf gives a
+// NaN whose sign is the platform's (the caller makes it rk_ds_quotient's). A NaN x stays itself.
 ROPEKV_DEVICE float rk_div_by_tile_scale(float x, double inv_d) {
-  return rk_ds_quotient(x, static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d)));
+  const float q = static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d));
+  return x != x ? x : q;
 }
 
 // Token t's fp8_ds_mla entry: units 0..3 are the nope tiles (each thread reduces its tile's
@@ -1489,15 +1490,26 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
   ROPEKV_UNROLL
   for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
   if (p.ds_pow2) {
-    // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact); the
-    // NaNs as the division's (rk_ds_quotient: a GPU multiply would drop a NaN input's sign)
+    // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact); a NaN
+    // input keeps its sign (a GPU multiply would canonicalise it)
     const float inv = ROPEKV_FDIV_RN(1.0f, scale);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) v[i] = rk_ds_quotient(v[i], ROPEKV_FMUL_RN(v[i], inv));
+    for (int i = 0; i < 16; ++i) v[i] = v[i] != v[i] ? v[i] : ROPEKV_FMUL_RN(v[i], inv);
   } else {
     const double inv_d = ROPEKV_DDIV_RN(1.0, static_cast<double>(scale));
     ROPEKV_UNROLL
     for (int i = 0; i < 16; ++i) v[i] = rk_div_by_tile_scale(v[i], inv_d);
+  }
+  if (m == inf) {  // rare: a tile with +-inf (scale inf): each infinity's quotient is rk_ds_quotient's
+    // NaN, whatever the platform's inf * 0 gives; the lane's chunks are read again (L1) so that
+    // the common path keeps no input word live past its conversion
+    rk_load_words(kv_row + lane * 32, 16, own[0]);
+    rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
+    ROPEKV_UNROLL
+    for (int i = 0; i < 16; ++i) {
+      const float x = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
+      v[i] = rk_ds_quotient(x, v[i]);
+    }
   }
   char* entry = p.cache.entry(p.cache.nope, slot);
   uint32_t o[4];
