@@ -96,6 +96,7 @@ void add_max_memory_option(CLI::App* cmd, std::string& text) {
                   "Refuse a case whose buffers (with the copies this command keeps) need more than SIZE "
                   "(512MiB, 41.2GiB, bytes), checked before anything is allocated; auto: 80% of the "
                   "available memory (and of a cgroup's limit)")
+      ->type_name("SIZE")
       ->capture_default_str();
 }
 
