@@ -14,6 +14,8 @@
 
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/memory_budget.h"
 #include "core/presets.h"
 #include "core/rng.h"
 
@@ -74,15 +76,16 @@ layout layout_of(const problem& p) {
     l.entry_stride[1] = p.dr + p.entry_pad_elems;
   }
   const bool inner = cache_heads_inner(p);
+  // saturating: the budget of an out-of-bounds problem (check_problem refuses it) must not wrap
   for (int i = 0; i < 2; ++i) {
     const int64_t row = l.entry_stride[i];
     if (inner) {
       l.head_stride[i] = row;
-      l.entry_stride[i] = p.kv_heads * row;
-      l.block_stride[i] = p.block_size * l.entry_stride[i] + p.block_pad_elems;
+      l.entry_stride[i] = sat_mul(p.kv_heads, row);
+      l.block_stride[i] = sat_add(sat_mul(p.block_size, l.entry_stride[i]), p.block_pad_elems);
     } else {
-      l.head_stride[i] = p.block_size * row;
-      l.block_stride[i] = p.kv_heads * l.head_stride[i] + p.block_pad_elems;
+      l.head_stride[i] = sat_mul(p.block_size, row);
+      l.block_stride[i] = sat_add(sat_mul(p.kv_heads, l.head_stride[i]), p.block_pad_elems);
     }
   }
   return l;
@@ -92,42 +95,59 @@ size_t bytes_of(int64_t elems, dtype t) {
   return static_cast<size_t>(elems) * dtype_size_bytes(t);
 }
 
-// Sizes in bytes of every buffer, by name.
-std::map<std::string, size_t> buffer_sizes(const problem& p) {
+// Bytes of `elems` elements of t, saturating at INT64_MAX (the budget of a problem that breaks
+// its constraints must not wrap).
+int64_t sat_bytes(int64_t elems, dtype t) { return sat_mul(elems, static_cast<int64_t>(dtype_size_bytes(t))); }
+
+// Sizes in bytes of every buffer, by name (saturating: check_problem bounds each to 2^40).
+std::map<std::string, int64_t> buffer_sizes(const problem& p) {
   const layout l = layout_of(p);
-  std::map<std::string, size_t> s;
-  const int64_t q_rows = p.tq * p.heads;
-  s["q_nope"] = bytes_of(q_rows * l.q_nope_row, p.in_dtype);
-  s["q_pe"] = bytes_of(q_rows * l.q_pe_row, p.in_dtype);
-  const int64_t k_rows = p.tk * p.kv_heads;
+  std::map<std::string, int64_t> s;
+  const int64_t q_rows = sat_mul(p.tq, p.heads);
+  s["q_nope"] = sat_bytes(sat_mul(q_rows, l.q_nope_row), p.in_dtype);
+  s["q_pe"] = sat_bytes(sat_mul(q_rows, l.q_pe_row), p.in_dtype);
+  const int64_t k_rows = sat_mul(p.tk, p.kv_heads);
   if (p.kv_layout == kv_storage::fused) {
-    s["kv"] = bytes_of(k_rows * l.kv_c_row, p.in_dtype);
+    s["kv"] = sat_bytes(sat_mul(k_rows, l.kv_c_row), p.in_dtype);
   } else {
-    s["kv_c"] = bytes_of(k_rows * l.kv_c_row, p.in_dtype);
-    s["k_pe"] = bytes_of(k_rows * l.k_pe_row, p.in_dtype);
+    s["kv_c"] = sat_bytes(sat_mul(k_rows, l.kv_c_row), p.in_dtype);
+    s["k_pe"] = sat_bytes(sat_mul(k_rows, l.k_pe_row), p.in_dtype);
   }
-  s["positions"] = bytes_of(p.tk, p.pos_dtype);
-  s["slot_mapping"] = bytes_of(p.ts, p.slot_dtype);
+  s["positions"] = sat_bytes(p.tk, p.pos_dtype);
+  s["slot_mapping"] = sat_bytes(p.ts, p.slot_dtype);
   if (p.table == table_kind::one) {
-    s["cos_sin"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
+    s["cos_sin"] = sat_bytes(sat_mul(p.table_rows, l.table_row), p.table_dtype);
   } else {
-    s["cos"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
-    s["sin"] = bytes_of(p.table_rows * l.table_row, p.table_dtype);
+    s["cos"] = sat_bytes(sat_mul(p.table_rows, l.table_row), p.table_dtype);
+    s["sin"] = sat_bytes(sat_mul(p.table_rows, l.table_row), p.table_dtype);
   }
-  s["q_out"] = bytes_of(q_rows * l.q_out_row, p.q_out_dtype);
+  s["q_out"] = sat_bytes(sat_mul(q_rows, l.q_out_row), p.q_out_dtype);
   if (single_cache_tensor(p.opt.layout)) {
-    s["cache"] = bytes_of(p.num_blocks * l.block_stride[0], p.cache_dtype);
+    s["cache"] = sat_bytes(sat_mul(p.num_blocks, l.block_stride[0]), p.cache_dtype);
   } else {
-    s["ckv_cache"] = bytes_of(p.num_blocks * l.block_stride[0], p.cache_dtype);
-    s["kpe_cache"] = bytes_of(p.num_blocks * l.block_stride[1], p.cache_dtype);
+    s["ckv_cache"] = sat_bytes(sat_mul(p.num_blocks, l.block_stride[0]), p.cache_dtype);
+    s["kpe_cache"] = sat_bytes(sat_mul(p.num_blocks, l.block_stride[1]), p.cache_dtype);
   }
   if (p.scales == scale_storage::tensor) s["k_scale"] = s["q_scale"] = sizeof(float);
   // Decode outputs: rows padded like the inputs' (row_pad), poisoned like every output.
-  const int64_t dec_rows = p.dec_tokens * p.heads;
-  if (p.dec_q_pe) s["decode_q_pe_out"] = bytes_of(dec_rows * (p.dr + p.row_pad_elems), p.in_dtype);
-  if (p.dec_zeros) s["q_nope_zeros_out"] = bytes_of(dec_rows * (p.dn + p.row_pad_elems), p.in_dtype);
-  if (p.dec_k_pe) s["k_pe_out"] = bytes_of(k_rows * (p.dr + p.row_pad_elems), p.in_dtype);
+  const int64_t dec_rows = sat_mul(p.dec_tokens, p.heads);
+  if (p.dec_q_pe) s["decode_q_pe_out"] = sat_bytes(sat_mul(dec_rows, sat_add(p.dr, p.row_pad_elems)), p.in_dtype);
+  if (p.dec_zeros) s["q_nope_zeros_out"] = sat_bytes(sat_mul(dec_rows, sat_add(p.dn, p.row_pad_elems)), p.in_dtype);
+  if (p.dec_k_pe) s["k_pe_out"] = sat_bytes(sat_mul(k_rows, sat_add(p.dr, p.row_pad_elems)), p.in_dtype);
   return s;
+}
+
+// A buffer of `size_bytes`, with a clear error when the allocation fails (not a bare bad_alloc).
+host_buffer allocate_buffer(const std::string& name, int64_t size_bytes, size_t guard_bytes) {
+  if (size_bytes < 0 || size_bytes == INT64_MAX)
+    throw arg_error("case buffer " + name, "at most 2^62 bytes", "more (the problem breaks its bounds)");
+  try {
+    return host_buffer(static_cast<size_t>(size_bytes), guard_bytes);
+  } catch (const std::bad_alloc&) {
+    throw error(fmt::format("out of memory allocating case buffer {} ({}): use --max-memory to check a "
+                            "case's memory before it is built, or fewer tokens",
+                            name, human_bytes(static_cast<uint64_t>(size_bytes))));
+  }
 }
 
 uint8_t* buf(std::map<std::string, host_buffer>& b, const char* name) {
@@ -421,15 +441,118 @@ std::vector<memory_region> case_data::regions() {
 }
 
 case_data case_data::clone() const {
+  if (!dropped.empty()) throw error("case_data::clone: the case dropped its poisoned outputs (clone_outputs makes them anew)");
   case_data c;
   c.prob = prob;
   for (const auto& [name, b] : buffers) {
-    host_buffer copy(b.size_bytes(), b.guard_bytes());
-    std::memcpy(copy.raw(), const_cast<host_buffer&>(b).raw(), b.raw_size_bytes());
+    host_buffer copy = allocate_buffer(name, static_cast<int64_t>(b.size_bytes()), b.guard_bytes());
+    std::memcpy(copy.raw(), b.raw(), b.raw_size_bytes());
     c.buffers.emplace(name, std::move(copy));
   }
   c.args = make_args(c.prob, c.buffers);
   return c;
+}
+
+std::vector<case_buffer_size> case_buffer_sizes(const problem& prob) {
+  std::vector<case_buffer_size> out;
+  const int64_t guard = static_cast<int64_t>(host_buffer::default_guard_bytes);
+  for (const auto& [name, size] : buffer_sizes(prob)) {
+    case_buffer_size b;
+    b.name = name;
+    b.data_bytes = size;
+    b.alloc_bytes = host_buffer::allocation_bytes(size, guard);
+    b.output = is_output_buffer(prob, name);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+bool is_output_buffer(const problem& prob, const std::string& name) {
+  static const char* const outputs[] = {"q_out", "cache", "ckv_cache", "kpe_cache", "decode_q_pe_out",
+                                        "k_pe_out", "q_nope_zeros_out"};
+  for (const char* o : outputs)
+    if (name == o) return true;
+  if (prob.opt.inplace_q && name == "q_pe") return true;
+  if (prob.opt.inplace_k && (name == "k_pe" || (name == "kv" && prob.kv_layout == kv_storage::fused))) return true;
+  return false;
+}
+
+namespace {
+bool is_pure_output(const std::string& name) {
+  static const char* const outputs[] = {"q_out", "cache", "ckv_cache", "kpe_cache", "decode_q_pe_out",
+                                        "k_pe_out", "q_nope_zeros_out"};
+  for (const char* o : outputs)
+    if (name == o) return true;
+  return false;
+}
+}  // namespace
+
+case_data case_data::clone_outputs() const {
+  case_data c;
+  c.prob = prob;
+  for (const auto& [name, b] : buffers) {
+    if (!is_output_buffer(prob, name)) {
+      c.buffers.emplace(name, b.share());
+      continue;
+    }
+    host_buffer copy = allocate_buffer(name, static_cast<int64_t>(b.size_bytes()), b.guard_bytes());
+    std::memcpy(copy.raw(), b.raw(), b.raw_size_bytes());
+    c.buffers.emplace(name, std::move(copy));
+  }
+  for (const auto& [name, size] : dropped) {
+    host_buffer fresh = allocate_buffer(name, static_cast<int64_t>(size), host_buffer::default_guard_bytes);
+    fill_poison(fresh.data(), fresh.size_bytes());
+    c.buffers.emplace(name, std::move(fresh));
+  }
+  c.args = make_args(c.prob, c.buffers);
+  return c;
+}
+
+std::vector<std::string> case_data::drop_poison_outputs() {
+  std::vector<std::string> names;
+  for (auto it = buffers.begin(); it != buffers.end();) {
+    const host_buffer& b = it->second;
+    if (is_pure_output(it->first) && b.guard_bytes() == host_buffer::default_guard_bytes && b.guards_intact() &&
+        count_not_poison(b.data(), b.size_bytes()) == 0) {
+      names.push_back(it->first);
+      dropped[it->first] = b.size_bytes();
+      it = buffers.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // the views of dropped buffers keep their (now dangling) addresses: compare_runs takes them
+  // from a run instead; nothing else may read them
+  return names;
+}
+
+void case_data::replace_buffer(const std::string& name, host_buffer b) {
+  host_buffer& old = buffers.at(name);
+  if (b.size_bytes() != old.size_bytes() || b.guard_bytes() != old.guard_bytes())
+    throw error(fmt::format("case_data::replace_buffer: buffer {} of another size", name));
+  const uint8_t* lo = old.data();
+  const uint8_t* hi = lo + old.size_bytes();
+  for (const auto& [view_name, view] : named_tensors(args)) {
+    auto* v = const_cast<tensor_view*>(view);
+    auto* p = static_cast<uint8_t*>(v->data);
+    if (p && p >= lo && p <= hi) v->data = b.data() + (p - lo);
+  }
+  old = std::move(b);
+}
+
+uint64_t buffer_checksum(const host_buffer& b) {
+  const uint8_t* p = b.raw();
+  const size_t n = b.raw_size_bytes();
+  uint64_t h = 0x243f6a8885a308d3ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
 }
 
 case_data make_case(const problem& prob) {
@@ -437,7 +560,7 @@ case_data make_case(const problem& prob) {
   case_data c;
   c.prob = prob;
   for (const auto& [name, size] : buffer_sizes(prob)) {
-    host_buffer b(size);
+    host_buffer b = allocate_buffer(name, size, host_buffer::default_guard_bytes);
     // Inputs' padding bytes are poisoned too: a kernel that reads them sees garbage.
     fill_poison(b.data(), b.size_bytes());
     c.buffers.emplace(name, std::move(b));

@@ -227,12 +227,30 @@ tensor_view rebase(const tensor_view& v, const location& loc, const case_data& r
   return r;
 }
 
+// The buffer of `init` holding view v, or of run `a` for an output `init` dropped (its poison is
+// known: case_data::drop_poison_outputs).
+location locate_in(const case_data& init, const case_data& a, const tensor_view& v, const char* what) {
+  if (init.dropped.empty()) return locate(init, v, what);
+  auto p = static_cast<const uint8_t*>(v.data);
+  for (const auto& [name, buf] : init.buffers)
+    if (p >= buf.data() && p <= buf.data() + buf.size_bytes()) return {name, static_cast<int64_t>(p - buf.data())};
+  for (const auto& [name, buf] : a.buffers)
+    if (init.dropped.count(name) && p >= buf.data() && p <= buf.data() + buf.size_bytes())
+      return {name, static_cast<int64_t>(p - buf.data())};
+  throw error(fmt::format("compare: view {} is not inside any buffer of the case", what));
+}
+
+const host_buffer& home_buffer(const case_data& init, const case_data& a, const std::string& name) {
+  auto it = init.buffers.find(name);
+  return it != init.buffers.end() ? it->second : a.buffers.at(name);
+}
+
 struct comparer {
   const case_data& init;
   const case_data& a;
   const case_data& b;
   const compare_options& opt;
-  std::map<std::string, std::vector<uint8_t>> written;  // per buffer: 1 = byte may be written
+  std::map<std::string, std::vector<uint8_t>> written;  // per buffer: bit i set = byte i may be written
 
   // Marks written bytes of elements of one view (found once, then by pointer arithmetic).
   struct marker {
@@ -243,14 +261,15 @@ struct comparer {
     void mark(const tensor_view& v_init, std::initializer_list<int64_t> idx) {
       const uint8_t* p = element_ptr(v_init, idx);
       if (p < base || p + elem_bytes > base + size) throw error("compare: written element outside its buffer");
-      std::memset(mask + (p - base), 1, elem_bytes);
+      const size_t at = static_cast<size_t>(p - base);
+      for (size_t i = at; i < at + elem_bytes; ++i) mask[i >> 3] = static_cast<uint8_t>(mask[i >> 3] | (1u << (i & 7)));
     }
   };
   marker marker_for(const tensor_view& v_init, const char* what) {
-    location loc = locate(init, v_init, what);
-    const host_buffer& buf = init.buffers.at(loc.buffer);
+    location loc = locate_in(init, a, v_init, what);
+    const host_buffer& buf = home_buffer(init, a, loc.buffer);
     auto& m = written[loc.buffer];
-    if (m.empty()) m.assign(buf.size_bytes(), 0);
+    if (m.empty()) m.assign(buf.size_bytes() / 8 + 1, 0);
     return marker{m.data(), buf.data(), buf.size_bytes(), dtype_size_bytes(v_init.type)};
   }
 
@@ -270,12 +289,8 @@ struct value_region {
   region_report rep;
   dtype type;
   uint64_t poison;
-  // rope regions: every element with its operands, for identifying the numerics model
-  struct rope_sample {
-    rope_element e;
-    uint32_t ref_bits, got_bits;
-  };
-  std::vector<rope_sample> samples;
+  // rope regions: each numerics model's check, kept up to date element by element
+  std::vector<numerics_check> checks;
   value_region(std::string name, region_rule rule, dtype t) : type(t), poison(poison_bits(t)) {
     rep.name = std::move(name);
     rep.rule = rule;
@@ -327,7 +342,7 @@ struct value_region {
   void compare_rope(uint32_t ref_bits, uint32_t got_bits, const rope_element& e, bool source_zero,
                     const compare_options& opt, const std::function<std::string()>& where) {
     count(ref_bits, got_bits, source_zero);
-    if (opt.identify_always) samples.push_back({e, ref_bits, got_bits});
+    if (opt.identify_always) identify(e, ref_bits, got_bits, opt);
     const double allowance = rope_model_allowance(opt.numerics, e);
     int64_t ulp = 0;
     bool ok;
@@ -342,36 +357,37 @@ struct value_region {
     verdict(ok, ulp, ref_bits, got_bits, allowance, opt, where);
   }
 
-  // Which models the values of b match bit for bit, and which bounds they meet.
-  void identify(const compare_options& opt) {
+  // Which models the values of b match bit for bit, and which bounds they meet: one element
+  // counted into every model's check (no element is kept).
+  void identify(const rope_element& e, uint32_t ref_bits, uint32_t got_bits, const compare_options& opt) {
     compare_options loose = opt;
     loose.strict = false;
-    for (numerics_model m : all_numerics_models) {
-      numerics_check c;
-      c.model = m;
-      if (!samples.empty()) c.operand = model_operand_dtype(m, samples[0].e.in, samples[0].e.table);
-      for (const rope_sample& x : samples) {
-        const uint32_t model_bits = rope_model_bits(m, x.e);
-        const bool both_nan = is_nan_bits(type, model_bits) && is_nan_bits(type, x.got_bits);
-        if (model_bits != x.got_bits && !both_nan) {
-          ++c.differ;
-          int64_t d = ulp_distance(type, model_bits, x.got_bits);
-          c.max_ulp_to_model = std::max(c.max_ulp_to_model, d == 0 ? int64_t{1} : d);
-        }
-        int64_t ulp = 0;
-        bool used = false;
-        if (!rope_element_passes(type, x.ref_bits, x.got_bits, rope_model_allowance(m, x.e), loose,
-                                 &ulp, &used))
-          ++c.outside;
+    if (checks.empty()) {
+      for (numerics_model m : all_numerics_models) {
+        numerics_check c;
+        c.model = m;
+        c.operand = model_operand_dtype(m, e.in, e.table);
+        checks.push_back(c);
       }
-      rep.numerics.push_back(c);
+    }
+    for (numerics_check& c : checks) {
+      const uint32_t model_bits = rope_model_bits(c.model, e);
+      const bool both_nan = is_nan_bits(type, model_bits) && is_nan_bits(type, got_bits);
+      if (model_bits != got_bits && !both_nan) {
+        ++c.differ;
+        int64_t d = ulp_distance(type, model_bits, got_bits);
+        c.max_ulp_to_model = std::max(c.max_ulp_to_model, d == 0 ? int64_t{1} : d);
+      }
+      int64_t ulp = 0;
+      bool used = false;
+      if (!rope_element_passes(type, ref_bits, got_bits, rope_model_allowance(c.model, e), loose, &ulp, &used))
+        ++c.outside;
     }
   }
 
   void finish(const compare_options& opt) {
-    if (rep.rule == region_rule::rope && rep.compared > 0 && opt.identify_always) identify(opt);
-    samples.clear();
-    samples.shrink_to_fit();
+    if (rep.rule == region_rule::rope && rep.compared > 0 && opt.identify_always) rep.numerics = checks;
+    checks.clear();
     if (rep.compared == 0) return;
     if (rep.poison_both * 10 >= rep.compared * 9) {
       rep.mistrusted = true;
@@ -397,7 +413,20 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   case_report report;
   report.repro = init.prob.to_repro();
   comparer cmp{init, a, b, opt, {}};
-  const op_args& args = init.args;
+  // An output the initial case dropped (poison known) is addressed through run a's views.
+  op_args args = init.args;
+  if (!init.dropped.empty()) {
+    for (auto [view, a_view] : {std::pair<tensor_view*, const tensor_view*>{&args.q_out, &a.args.q_out},
+                                {&args.cache, &a.args.cache}, {&args.ckv_cache, &a.args.ckv_cache},
+                                {&args.kpe_cache, &a.args.kpe_cache},
+                                {&args.decode_q_pe_out, &a.args.decode_q_pe_out},
+                                {&args.q_nope_zeros_out, &a.args.q_nope_zeros_out},
+                                {&args.k_pe_out, &a.args.k_pe_out}}) {
+      if (view->present()) {
+        if (init.dropped.count(locate(a, *a_view, "output").buffer)) *view = *a_view;
+      }
+    }
+  }
   const op_options& o = args.options;
 
   const int64_t tq = args.q_nope.shape[0];
@@ -410,7 +439,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   const int64_t block_size = cache_any.shape[cache_entry_dim(cache_any)];
 
   auto view_in = [&](const tensor_view& v, const case_data& run, const char* what) {
-    return rebase(v, locate(init, v, what), run);
+    return rebase(v, locate_in(init, a, v, what), run);
   };
 
   std::vector<int64_t> slots(static_cast<size_t>(ts));
@@ -635,7 +664,13 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
   guards.name = "guards";
   guards.rule = region_rule::bytes;
   guards.dtype_name = "u8";
-  for (const auto& [name, ibuf] : init.buffers) {
+  // A dropped output's initial bytes are the poison (data) and guard pattern (guards); an input
+  // the runs share with the initial case is unchanged when its memory is one (run_case checks
+  // its checksum after each run).
+  for (const auto& [name, abuf] : a.buffers) {
+    const bool dropped = init.dropped.count(name) != 0;
+    if (!dropped && !init.buffers.count(name)) throw error(fmt::format("compare: buffer {} missing in the initial case", name));
+    const host_buffer* ibuf_p = dropped ? nullptr : &init.buffers.at(name);
     const bool is_output =
         std::find(output_buffers.begin(), output_buffers.end(), name) != output_buffers.end();
     region_report r;
@@ -644,43 +679,53 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
     r.dtype_name = "u8";
     auto it = cmp.written.find(name);
     const uint8_t* mask = it == cmp.written.end() ? nullptr : it->second.data();
-    const uint8_t* ip = ibuf.data();
+    const uint8_t* ip = ibuf_p ? ibuf_p->data() : nullptr;  // null: every byte poison_byte
+    const size_t n = ibuf_p ? ibuf_p->size_bytes() : init.dropped.at(name);
+    const size_t g = ibuf_p ? ibuf_p->guard_bytes() : host_buffer::default_guard_bytes;
+    auto init_byte = [&](size_t i) -> uint8_t { return ip ? ip[i] : poison_byte; };
     for (const auto* run : {&b, &a}) {
       const host_buffer& rb = run->buffers.at(name);
-      if (rb.size_bytes() != ibuf.size_bytes() || rb.guard_bytes() != ibuf.guard_bytes()) {
+      if (rb.size_bytes() != n || rb.guard_bytes() != g) {
         throw error(fmt::format("compare: buffer {} differs in size between runs", name));
       }
       const char* run_name = run == &b ? "b" : "a";
       const uint8_t* rp = rb.data();
-      const size_t n = ibuf.size_bytes();
-      if (mask == nullptr && std::memcmp(rp, ip, n) == 0) {
+      const bool shared = ibuf_p && rb.shares_memory_with(*ibuf_p);
+      if (mask == nullptr && ip && (shared || std::memcmp(rp, ip, n) == 0)) {
         r.compared += static_cast<int64_t>(n);
         r.histogram[0] += static_cast<int64_t>(n);
       } else {
         for (size_t i = 0; i < n; ++i) {
-          if (mask != nullptr && mask[i]) continue;
+          if (mask != nullptr) {
+            if ((i & 7) == 0 && mask[i >> 3] == 0xff && i + 8 <= n) {
+              i += 7;
+              continue;
+            }
+            if ((mask[i >> 3] >> (i & 7)) & 1) continue;
+          }
           ++r.compared;
-          if (rp[i] == ip[i]) {
+          const uint8_t ib = init_byte(i);
+          if (rp[i] == ib) {
             r.histogram[0]++;
             continue;
           }
           comparer::note_ulp(r, ulp_distance_nan);
           comparer::add_mismatch(
               r, opt,
-              mismatch{fmt::format("byte={}", i), run_name, static_cast<double>(ip[i]),
-                       static_cast<double>(rp[i]), ip[i], rp[i], ulp_distance_nan, 0});
+              mismatch{fmt::format("byte={}", i), run_name, static_cast<double>(ib),
+                       static_cast<double>(rp[i]), ib, rp[i], ulp_distance_nan, 0});
         }
       }
       // Guards: raw bytes before and after the data.
-      const uint8_t* iraw = const_cast<host_buffer&>(ibuf).raw();
-      const uint8_t* rraw = const_cast<host_buffer&>(rb).raw();
-      const size_t g = ibuf.guard_bytes();
-      const size_t raw_n = ibuf.raw_size_bytes();
+      const uint8_t* iraw = ibuf_p ? ibuf_p->raw() : nullptr;  // null: every guard byte guard_byte
+      const uint8_t* rraw = rb.raw();
+      const size_t raw_n = n + 2 * g;
       for (size_t i = 0; i < raw_n; ++i) {
         if (i == g) i = g + n;
         if (i >= raw_n) break;
         ++guards.compared;
-        if (iraw[i] == rraw[i]) {
+        const uint8_t ib = iraw ? iraw[i] : guard_byte;
+        if (ib == rraw[i]) {
           guards.histogram[0]++;
           continue;
         }
@@ -690,7 +735,7 @@ case_report compare_runs(const case_data& init, const case_data& a, const case_d
             guards, opt,
             mismatch{fmt::format("buffer={} byte={}{}", name, rel,
                                  rel < 0 ? " (before data)" : " (after data)"),
-                     run_name, static_cast<double>(iraw[i]), static_cast<double>(rraw[i]), iraw[i],
+                     run_name, static_cast<double>(ib), static_cast<double>(rraw[i]), ib,
                      rraw[i], ulp_distance_nan, 0});
       }
     }

@@ -45,11 +45,15 @@ void set_pending_temp(const std::string& path) {
 
 // Writes every chunk to `target`, fsyncs a regular file (so a rename after it never installs
 // a file whose bytes are not on disk), and closes it.
-write_failure write_all(const std::string& target, const std::vector<std::string_view>& chunks, bool truncate) {
+struct write_stopped {};  // thrown by the sink after a failed write, caught in write_all
+
+write_failure write_all(const std::string& target, const std::function<void(const chunk_sink&)>& produce,
+                        bool truncate) {
   errno = 0;
   const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | (truncate ? O_CREAT | O_TRUNC : 0), 0644);
   if (fd < 0) return {"a writable file", reason("cannot open")};
-  for (std::string_view c : chunks) {
+  write_failure failed;
+  const chunk_sink sink = [&](std::string_view c) {
     const char* p = c.data();
     size_t left = c.size();
     while (left > 0) {
@@ -57,13 +61,21 @@ write_failure write_all(const std::string& target, const std::vector<std::string
       const ssize_t n = ::write(fd, p, std::min<size_t>(left, size_t{1} << 30));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        const write_failure w{"a complete write", reason("write failed")};
-        ::close(fd);
-        return w;
+        failed = write_failure{"a complete write", reason("write failed")};
+        throw write_stopped{};
       }
       p += n;
       left -= static_cast<size_t>(n);
     }
+  };
+  try {
+    produce(sink);
+  } catch (const write_stopped&) {
+    ::close(fd);
+    return failed;
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fsync(fd) != 0) {
@@ -79,16 +91,33 @@ write_failure write_all(const std::string& target, const std::vector<std::string
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks,
                        const std::string& arg) {
+  write_file_atomic_stream(
+      path,
+      [&](const chunk_sink& sink) {
+        for (std::string_view c : chunks) sink(c);
+      },
+      arg);
+}
+
+void write_file_atomic_stream(const std::string& path, const std::function<void(const chunk_sink&)>& produce,
+                              const std::string& arg) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) fail(path, arg, "a file path", "a directory");
-    const write_failure w = write_all(path, chunks, false);  // a device or FIFO: no rename over it
+    const write_failure w = write_all(path, produce, false);  // a device or FIFO: no rename over it
     if (!w.expected.empty()) fail(path, arg, w.expected, w.why);
     return;
   }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   set_pending_temp(tmp);
-  const write_failure w = write_all(tmp, chunks, true);
+  write_failure w;
+  try {
+    w = write_all(tmp, produce, true);
+  } catch (...) {  // the producer failed (e.g. out of memory): no temporary file left behind
+    std::remove(tmp.c_str());
+    set_pending_temp("");
+    throw;
+  }
   if (!w.expected.empty()) {
     std::remove(tmp.c_str());
     set_pending_temp("");

@@ -2,6 +2,7 @@
 // failure.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,13 @@ namespace ropekv {
 // file is removed.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks,
                        const std::string& arg);
+
+// The same, with the bytes made while the file is written: `produce` calls its argument with
+// each chunk in order, so a large file (a golden case) is never held in memory whole. An
+// exception from `produce` removes the temporary file and propagates.
+using chunk_sink = std::function<void(std::string_view)>;
+void write_file_atomic_stream(const std::string& path, const std::function<void(const chunk_sink&)>& produce,
+                              const std::string& arg);
 
 // Removes the temporary file write_file_atomic is writing now, if any: async-signal-safe, for a
 // SIGINT/SIGTERM handler (the target itself is untouched until the rename).

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
 #include "core/validate.h"
 
 #ifndef ROPEKV_VERSION
@@ -327,9 +329,131 @@ golden_file make_golden(const case_data& before, const case_data& after) {
   return f;
 }
 
+namespace {
+
+// A tensor the streaming writer stores: a view of a case, whole or from column `begin` of its last
+// dimension on (q_out.expected.rope).
+struct view_tensor {
+  std::string name;
+  tensor_view view;
+  int64_t begin = 0;
+  std::vector<int64_t> shape() const {
+    std::vector<int64_t> s = shape_of(view);
+    if (!s.empty()) s.back() -= begin;
+    return s;
+  }
+  uint64_t size_bytes() const {
+    return static_cast<uint64_t>(numel_of(shape())) * dtype_size_bytes(view.type);
+  }
+};
+
+// The one byte every element of a view holds, else -1 (an empty view: -1, stored).
+int uniform_byte_of(const tensor_view& v) {
+  if (v.numel() == 0) return -1;
+  const size_t esz = dtype_size_bytes(v.type);
+  const auto* base = static_cast<const uint8_t*>(v.data);
+  const int b = base[0];
+  bool same = true;
+  for_each_element(v, [&](int64_t off, int64_t) {
+    const uint8_t* p = base + off * static_cast<int64_t>(esz);
+    for (size_t i = 0; i < esz && same; ++i) same = p[i] == b;
+  });
+  return same ? b : -1;
+}
+
+// nope_columns_are on the views themselves (no gathered copies).
+bool nope_columns_are(const tensor_view& q_out, const tensor_view& q_nope) {
+  if (q_out.type != q_nope.type || q_out.rank != 3 || q_nope.rank != 3 || q_out.shape[0] != q_nope.shape[0] ||
+      q_out.shape[1] != q_nope.shape[1] || q_out.shape[2] < q_nope.shape[2])
+    return false;
+  const int64_t esz = static_cast<int64_t>(dtype_size_bytes(q_out.type));
+  const auto* o = static_cast<const uint8_t*>(q_out.data);
+  const auto* n = static_cast<const uint8_t*>(q_nope.data);
+  for (int64_t t = 0; t < q_out.shape[0]; ++t)
+    for (int64_t h = 0; h < q_out.shape[1]; ++h)
+      for (int64_t d = 0; d < q_nope.shape[2]; ++d)
+        if (std::memcmp(o + (t * q_out.strides_elems[0] + h * q_out.strides_elems[1] + d * q_out.strides_elems[2]) * esz,
+                        n + (t * q_nope.strides_elems[0] + h * q_nope.strides_elems[1] + d * q_nope.strides_elems[2]) * esz,
+                        static_cast<size_t>(esz)) != 0)
+          return false;
+  return true;
+}
+
+// The logical, row-major bytes of t, handed to `sink` in pieces of about 4 MiB.
+void stream_view(const view_tensor& t, const chunk_sink& sink) {
+  constexpr size_t piece = size_t{4} << 20;
+  const size_t esz = dtype_size_bytes(t.view.type);
+  const int64_t width = t.view.rank > 0 ? t.view.shape[t.view.rank - 1] : 1;
+  const auto* base = static_cast<const uint8_t*>(t.view.data);
+  std::string buf;
+  buf.reserve(piece + esz);
+  if (t.view.numel() == 0) return;
+  for_each_element(t.view, [&](int64_t off, int64_t flat) {
+    if (t.begin > 0 && flat % width < t.begin) return;
+    buf.append(reinterpret_cast<const char*>(base + off * static_cast<int64_t>(esz)), esz);
+    if (buf.size() >= piece) {
+      sink(buf);
+      buf.clear();
+    }
+  });
+  if (!buf.empty()) sink(buf);
+}
+
+}  // namespace
+
 void write_golden(const std::string& path, const case_data& before, const case_data& after,
                   const golden_write_options& opt) {
-  write_golden(path, make_golden(before, after), opt);
+  // Streamed from the cases' views: the file's tensors are never gathered in memory (the same
+  // bytes as write_golden(path, make_golden(before, after), opt)).
+  if (before.prob != after.prob)
+    throw arg_error("after", "the same problem as before", after.prob.to_repro());
+  golden_file f;  // metadata only
+  f.prob = before.prob;
+  f.metadata["format"] = "ropekv-golden";
+  f.metadata["contract_version"] = std::to_string(contract_version);
+  f.metadata["ropekv_version"] = ROPEKV_VERSION;
+  f.metadata["ropekv_commit"] = ROPEKV_GIT_COMMIT;
+  f.metadata["repro"] = f.prob.to_repro();
+  stored_form s;
+  std::vector<view_tensor> stored;
+  for (const golden_tensor_spec& spec : golden_tensor_specs(f.prob)) {
+    const tensor_view& v = view_named(is_expected(spec.name) ? after.args : before.args, spec.name);
+    s.dtypes[spec.name] = dtype_name(spec.type);
+    if (!opt.store_all && is_initial(spec.name)) {
+      const int b = uniform_byte_of(v);
+      if (b >= 0) {
+        s.derived[spec.name] = {{"fill_byte", b}, {"shape", spec.shape}};
+        continue;
+      }
+    }
+    if (!opt.store_all && spec.name == "q_out.expected" && nope_columns_are(v, before.args.q_nope)) {
+      const std::string part = "q_out.expected.rope";
+      stored.push_back({part, v, before.args.q_nope.shape[2]});
+      s.dtypes[part] = dtype_name(spec.type);
+      s.derived[spec.name] = {{"concat_last", {"q_nope", part}}, {"shape", spec.shape}};
+      continue;
+    }
+    stored.push_back({spec.name, v, 0});
+  }
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const view_tensor& t : stored) {
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.view.type)},
+                      {"shape", t.shape()},
+                      {"data_offsets", {offset, offset + t.size_bytes()}}};
+    offset += t.size_bytes();
+  }
+  header["__metadata__"] = file_metadata(f, s);
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';  // data starts 8-byte aligned
+  const std::string head = le_u64(text.size()) + text;
+  write_file_atomic_stream(
+      path,
+      [&](const chunk_sink& sink) {
+        sink(head);
+        for (const view_tensor& t : stored) stream_view(t, sink);
+      },
+      "");
 }
 
 void write_golden(const std::string& path, const golden_file& f, const golden_write_options& opt) {
@@ -784,7 +908,7 @@ namespace {
 // concat is a stored tensor; the names used go to *parts.
 golden_tensor derived_tensor(const std::string& path, const golden_tensor_spec& spec, const json& recipe,
                              const json& dtypes, const std::map<std::string, golden_tensor>& stored,
-                             std::set<std::string>& parts) {
+                             std::set<std::string>& parts, derived_recipe* defer = nullptr) {
   const std::string where = "__metadata__.derived." + spec.name;
   if (!recipe.is_object()) file_error(path, where, "an object (a recipe)", recipe.dump());
   auto dn = dtypes.find(spec.name);
@@ -807,6 +931,10 @@ golden_tensor derived_tensor(const std::string& path, const golden_tensor_spec& 
       file_error(path, where + ".fill_byte", "a recipe of an *.initial tensor only", spec.name);
     if (!fill->is_number_unsigned() || fill->get<uint64_t>() > 255)
       file_error(path, where + ".fill_byte", "an integer 0..255", fill->dump());
+    if (defer) {  // checked, left to be built in place
+      defer->fill_byte = static_cast<int>(fill->get<uint64_t>());
+      return t;
+    }
     t.bytes.assign(static_cast<size_t>(t.numel()) * esz, static_cast<uint8_t>(fill->get<uint64_t>()));
     return t;
   }
@@ -828,6 +956,10 @@ golden_tensor derived_tensor(const std::string& path, const golden_tensor_spec& 
   }
   if (width != t.shape.back())
     file_error(path, where + ".concat_last", fmt::format("last dimensions summing to {}", t.shape.back()), std::to_string(width));
+  if (defer) {
+    for (const json& n : *cat) defer->concat.push_back(n.get<std::string>());
+    return t;
+  }
   t.bytes.resize(static_cast<size_t>(t.numel()) * esz);
   const size_t rows = t.shape.back() == 0 ? 0 : static_cast<size_t>(t.numel() / t.shape.back());
   uint8_t* out = t.bytes.data();
@@ -842,9 +974,14 @@ golden_tensor derived_tensor(const std::string& path, const golden_tensor_spec& 
 
 }  // namespace
 
-golden_file read_golden(const std::string& path) { return golden_from_tensor_file(read_tensor_file(path)); }
+golden_file read_golden(const std::string& path) { return golden_from_tensor_file(read_tensor_file(path), false); }
 
 golden_file golden_from_tensor_file(const tensor_file& tf) {
+  tensor_file copy = tf;
+  return golden_from_tensor_file(std::move(copy), false);
+}
+
+golden_file golden_from_tensor_file(tensor_file&& tf, bool defer_derived) {
   const std::string& path = tf.path;
   golden_file f;
   f.metadata = tf.metadata;
@@ -882,7 +1019,7 @@ golden_file golden_from_tensor_file(const tensor_file& tf) {
       file_error(path, "__metadata__.derived", "a JSON object: tensor name -> recipe", d->second);
   }
 
-  for (const auto& [name, ft] : tf.tensors) {
+  for (auto& [name, ft] : tf.tensors) {
     const std::string where = "tensor " + name;
     const std::string& src = ft.source.empty() ? path : ft.source;
     auto dn = dtypes.find(name);
@@ -908,7 +1045,7 @@ golden_file golden_from_tensor_file(const tensor_file& tf) {
                  fmt::format("{} bytes for shape {}", t.numel() * static_cast<int64_t>(dtype_size_bytes(t.type)),
                              json(t.shape).dump()),
                  fmt::format("{} bytes", ft.bytes.size()));
-    t.bytes = ft.bytes;
+    t.bytes = std::move(ft.bytes);  // moved: the file's bytes are held once
     f.tensors.emplace(name, std::move(t));
   }
 
@@ -940,13 +1077,21 @@ golden_file golden_from_tensor_file(const tensor_file& tf) {
   std::map<std::string, golden_tensor> rebuilt;  // from stored tensors only
   for (const golden_tensor_spec& spec : specs) {
     auto d = derived.find(spec.name);
-    if (d != derived.end()) rebuilt[spec.name] = derived_tensor(path, spec, *d, dtypes, f.tensors, parts);
+    if (d == derived.end()) continue;
+    if (defer_derived) {
+      derived_recipe r;
+      derived_tensor(path, spec, *d, dtypes, f.tensors, parts, &r);
+      f.deferred[spec.name] = r;
+    } else {
+      rebuilt[spec.name] = derived_tensor(path, spec, *d, dtypes, f.tensors, parts);
+    }
   }
   for (const auto& [name, t] : f.tensors)
     if (!wanted.count(name) && !parts.count(name))
       file_error(path, "tensor " + name, "only tensors the repro implies (or parts of a derived one)", "an extra tensor");
-  for (const std::string& part : parts)
-    if (!wanted.count(part)) f.tensors.erase(part);  // q_out.expected.rope: only a piece of q_out.expected
+  if (!defer_derived)  // deferred: the parts stay until load_golden_case has built the tensor
+    for (const std::string& part : parts)
+      if (!wanted.count(part)) f.tensors.erase(part);  // q_out.expected.rope: only a piece of q_out.expected
   f.tensors.merge(rebuilt);
   return f;
 }
@@ -997,7 +1142,7 @@ void scatter_named(case_data& c, const tensor_file& tf, const std::vector<golden
 }  // namespace
 
 case_data case_with_outputs(const case_data& initial, const tensor_file& outputs, std::vector<std::string>* ignored) {
-  case_data got = initial.clone();
+  case_data got = initial.clone_outputs();  // the inputs shared: only outputs are scattered in
   scatter_named(got, outputs, golden_output_specs(initial.prob), "an output", ignored);
   return got;
 }
@@ -1013,12 +1158,116 @@ case_data case_with_inputs(const problem& prob, const tensor_file& inputs, std::
   return c;
 }
 
+namespace {
+
+// A golden tensor as a contiguous view of its bytes.
+tensor_view contiguous_view(const golden_tensor& t) {
+  tensor_view v;
+  v.type = t.type;
+  v.rank = static_cast<int>(t.shape.size());
+  v.data = const_cast<uint8_t*>(t.bytes.data());
+  int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.shape[static_cast<size_t>(d)] = t.shape[static_cast<size_t>(d)];
+    v.strides_elems[static_cast<size_t>(d)] = stride;
+    stride *= t.shape[static_cast<size_t>(d)];
+  }
+  return v;
+}
+
+// dst = the concatenation of srcs along the last dimension (same outer shape), element by element.
+void concat_last_into(const tensor_view& dst, const std::vector<tensor_view>& srcs) {
+  const int r = dst.rank;
+  const int64_t esz = static_cast<int64_t>(dtype_size_bytes(dst.type));
+  int64_t outer = 1;
+  for (int d = 0; d < r - 1; ++d) outer *= dst.shape[d];
+  std::array<int64_t, max_rank> idx{};
+  auto* out = static_cast<uint8_t*>(dst.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t doff = 0;
+    for (int d = 0; d < r - 1; ++d) doff += idx[d] * dst.strides_elems[d];
+    int64_t col = 0;
+    for (const tensor_view& sv : srcs) {
+      int64_t soff = 0;
+      for (int d = 0; d < r - 1; ++d) soff += idx[d] * sv.strides_elems[d];
+      const auto* in = static_cast<const uint8_t*>(sv.data);
+      for (int64_t k = 0; k < sv.shape[r - 1]; ++k, ++col)
+        std::memcpy(out + (doff + col * dst.strides_elems[r - 1]) * esz, in + (soff + k * sv.strides_elems[r - 1]) * esz,
+                    static_cast<size_t>(esz));
+    }
+    for (int d = r - 2; d >= 0; --d) {
+      if (++idx[d] < dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+bool peek_golden_problem(const std::string& path, problem* prob, int64_t* data_bytes) {
+  try {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      const json meta = json::parse(read_small_file(path + "/meta.json", 64u << 20), nullptr, false);
+      if (!meta.is_object() || !meta.contains("repro") || !meta["repro"].is_string()) return false;
+      *prob = parse_problem(meta["repro"].get<std::string>());
+      int64_t total = 0;
+      for (const auto& e : std::filesystem::directory_iterator(path, ec))
+        if (e.path().extension() == ".npy" && e.is_regular_file(ec)) total = sat_add(total, static_cast<int64_t>(e.file_size(ec)));
+      *data_bytes = total;
+      return true;
+    }
+    const input_file in(path);
+    if (in.size() < 8) return false;
+    uint8_t len_bytes[8];
+    in.read_at(0, len_bytes, 8, "header length");
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+    if (header_len > in.size() - 8 || header_len > max_header_bytes || header_len < 2) return false;
+    std::string text(static_cast<size_t>(header_len), ' ');
+    in.read_at(8, text.data(), header_len, "header");
+    const json header = json::parse(text, nullptr, false);
+    if (!header.is_object() || !header.contains("__metadata__")) return false;
+    const json& meta = header["__metadata__"];
+    if (!meta.is_object() || !meta.contains("repro") || !meta["repro"].is_string()) return false;
+    *prob = parse_problem(meta["repro"].get<std::string>());
+    *data_bytes = static_cast<int64_t>(in.size() - 8 - header_len);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 golden_case load_golden_case(const std::string& path) {
+  // Memory: the file's bytes are moved (not copied) out of the reader, each tensor is freed once
+  // it is in the case, derived tensors are built in place (never as whole tensors), and the
+  // expected case shares the initial case's inputs.
   golden_case g;
-  g.file = read_golden(path);
+  g.file = golden_from_tensor_file(read_tensor_file(path), /*defer_derived=*/true);
   g.initial = make_case(g.file.prob);
-  for (const auto& [name, t] : g.file.tensors)
-    if (!is_expected(name)) scatter(t, view_named(g.initial.args, name), name);
+  const std::vector<golden_tensor_spec> specs = golden_tensor_specs(g.file.prob);
+  std::set<std::string> concat_sources;  // stored tensors a deferred concat reads from the file
+  for (const auto& [name, r] : g.file.deferred)
+    for (const std::string& n : r.concat)
+      if (n.find('.') != std::string::npos) concat_sources.insert(n);
+  for (const golden_tensor_spec& spec : specs) {
+    if (is_expected(spec.name)) continue;
+    const tensor_view& v = view_named(g.initial.args, spec.name);
+    auto st = g.file.tensors.find(spec.name);
+    if (st != g.file.tensors.end()) {
+      scatter(st->second, v, spec.name);
+      if (!concat_sources.count(spec.name)) g.file.tensors.erase(st);  // a concat reads an input from the case
+      continue;
+    }
+    const derived_recipe& r = g.file.deferred.at(spec.name);
+    if (r.fill_byte >= 0 && r.fill_byte != poison_byte) {  // make_case poisoned it already
+      const size_t esz = dtype_size_bytes(v.type);
+      uint8_t* base = static_cast<uint8_t*>(v.data);
+      for_each_element(v, [&](int64_t off, int64_t) {
+        std::memset(base + off * static_cast<int64_t>(esz), r.fill_byte, esz);
+      });
+    }
+  }
   // The file's call must be one the contract accepts (slots within the cache and distinct,
   // positions within the table, ...): a bad file is the file's error, named as such, before any
   // backend runs, never an ERRORED case blamed on the kernel.
@@ -1027,9 +1276,24 @@ golden_case load_golden_case(const std::string& path) {
   } catch (const arg_error& e) {
     file_error(path, e.arg(), e.expected(), e.got());
   }
-  g.expected = g.initial.clone();
-  for (const auto& [name, t] : g.file.tensors)
-    if (is_expected(name)) scatter(t, view_named(g.expected.args, name), name);
+  g.expected = g.initial.clone_outputs();  // the inputs shared
+  for (const golden_tensor_spec& spec : specs) {
+    if (!is_expected(spec.name)) continue;
+    const tensor_view& v = view_named(g.expected.args, spec.name);
+    auto st = g.file.tensors.find(spec.name);
+    if (st != g.file.tensors.end()) {
+      scatter(st->second, v, spec.name);
+      if (!concat_sources.count(spec.name)) g.file.tensors.erase(st);
+      continue;
+    }
+    std::vector<tensor_view> srcs;  // a stored input is read from the case (its bytes, scattered)
+    for (const std::string& n : g.file.deferred.at(spec.name).concat)
+      srcs.push_back(n.find('.') == std::string::npos ? view_named(g.initial.args, n)
+                                                      : contiguous_view(g.file.tensors.at(n)));
+    concat_last_into(v, srcs);
+  }
+  g.file.tensors.clear();
+  g.file.deferred.clear();
   return g;
 }
 

@@ -22,10 +22,18 @@ struct golden_tensor {
   int64_t numel() const;
 };
 
+// A derived tensor checked but not built (golden_from_tensor_file with defer_derived): a fill
+// byte, or the stored tensors whose last dimensions it concatenates.
+struct derived_recipe {
+  int fill_byte = -1;
+  std::vector<std::string> concat;
+};
+
 struct golden_file {
   problem prob;                                   // parsed from the `repro` metadata
   std::map<std::string, std::string> metadata;    // every __metadata__ entry
   std::map<std::string, golden_tensor> tensors;   // name -> tensor (names as in the format doc)
+  std::map<std::string, derived_recipe> deferred; // defer_derived only: tensors not built
 };
 
 // The golden file format version this build writes (`format_version` metadata); it reads 1 and
@@ -118,17 +126,29 @@ case_data case_with_inputs(const problem& prob, const tensor_file& inputs,
 golden_file read_golden(const std::string& path);
 // The checks of read_golden on tensors already read (a safetensors file or an npy folder).
 golden_file golden_from_tensor_file(const tensor_file& tf);
+// The same, moving the bytes out of `tf` (no copy). defer_derived: derived tensors are checked
+// but not built; their recipes go to `deferred` and the stored parts a concat reads stay in
+// `tensors` (load_golden_case builds them in place).
+golden_file golden_from_tensor_file(tensor_file&& tf, bool defer_derived);
 
 // A case ready to run: `initial` is make_case(repro) with its inputs and outputs overwritten by
 // the file's tensors (strides, padding and poison rebuilt from the repro); `expected` is a copy of
 // it whose outputs (q_out, cache(s), and q_pe / k_pe when in place) hold the file's `.expected`
 // tensors: compare a backend's run of `initial` against it.
+// `file` keeps the problem and metadata; its tensors, once in the case, are freed (file.tensors is
+// empty), so a case is held once, not twice.
 struct golden_case {
   golden_file file;
   case_data initial;
   case_data expected;
 };
 golden_case load_golden_case(const std::string& path);
+
+// The problem of a golden file (safetensors, or an npy folder's meta.json) and the bytes of its
+// tensor data, from its header alone (no tensor is read): for a memory budget before the file is
+// loaded. False when the header cannot be read or holds no valid repro (read_golden then says
+// what is wrong).
+bool peek_golden_problem(const std::string& path, problem* prob, int64_t* data_bytes);
 
 // safetensors dtype name of a ropekv dtype ("F32", "BF16", "F8_E4M3", "F8_E4M3FNUZ", ...).
 const char* safetensors_dtype_name(dtype t);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/memory_budget.h"
 
 namespace ropekv {
 
@@ -119,11 +120,15 @@ tensor_view make_view(dtype t, void* data, std::initializer_list<int64_t> shape,
   return v;
 }
 
+int64_t host_buffer::allocation_bytes(int64_t size_bytes, int64_t guard_bytes) {
+  return sat_add(sat_add(size_bytes, sat_mul(2, guard_bytes)), static_cast<int64_t>(alignment_bytes) - 1);
+}
+
 host_buffer::host_buffer(size_t size_bytes, size_t guard_bytes)
     : size_bytes_(size_bytes), guard_bytes_(guard_bytes) {
-  constexpr size_t align = 64;
-  storage_.assign(size_bytes + 2 * guard_bytes + align - 1, guard_byte);
-  const auto base = reinterpret_cast<uintptr_t>(storage_.data()) + guard_bytes;
+  constexpr size_t align = alignment_bytes;
+  storage_ = std::make_shared<std::vector<uint8_t>>(size_bytes + 2 * guard_bytes + align - 1, guard_byte);
+  const auto base = reinterpret_cast<uintptr_t>(storage_->data()) + guard_bytes;
   lead_bytes_ = (align - base % align) % align;
   std::memset(data(), 0, size_bytes);
 }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,10 @@ tensor_view make_view(dtype t, void* data, std::initializer_list<int64_t> shape,
 class host_buffer {
  public:
   static constexpr size_t default_guard_bytes = 256;
+  static constexpr size_t alignment_bytes = 64;
+  // The bytes the constructor allocates for (size_bytes, guard_bytes): data, both guards and the
+  // slack that aligns data(); saturating at INT64_MAX (a memory budget must not wrap).
+  static int64_t allocation_bytes(int64_t size_bytes, int64_t guard_bytes);
   host_buffer() = default;
   explicit host_buffer(size_t size_bytes, size_t guard_bytes = default_guard_bytes);
   // A moved-from buffer is empty (size 0, no guards).
@@ -53,17 +58,29 @@ class host_buffer {
     lead_bytes_ = other.lead_bytes_;
     size_bytes_ = other.size_bytes_;
     guard_bytes_ = other.guard_bytes_;
-    other.storage_.clear();
+    other.storage_.reset();
     other.lead_bytes_ = other.size_bytes_ = other.guard_bytes_ = 0;
     return *this;
   }
+  // Another handle on the same memory (no copy): the runs of one case share their inputs
+  // (case_data::clone_outputs).
+  host_buffer share() const {
+    host_buffer b;
+    b.storage_ = storage_;
+    b.lead_bytes_ = lead_bytes_;
+    b.size_bytes_ = size_bytes_;
+    b.guard_bytes_ = guard_bytes_;
+    return b;
+  }
+  bool shares_memory_with(const host_buffer& other) const { return storage_ && storage_ == other.storage_; }
 
-  uint8_t* data() { return storage_.data() + lead_bytes_ + guard_bytes_; }
-  const uint8_t* data() const { return storage_.data() + lead_bytes_ + guard_bytes_; }
+  uint8_t* data() { return base() + lead_bytes_ + guard_bytes_; }
+  const uint8_t* data() const { return base() + lead_bytes_ + guard_bytes_; }
   size_t size_bytes() const { return size_bytes_; }
   size_t guard_bytes() const { return guard_bytes_; }
   // The whole allocation, guards included (what a device mirror must copy).
-  uint8_t* raw() { return storage_.data() + lead_bytes_; }
+  uint8_t* raw() { return base() + lead_bytes_; }
+  const uint8_t* raw() const { return base() + lead_bytes_; }
   size_t raw_size_bytes() const { return size_bytes_ + 2 * guard_bytes_; }
   // True when both guard regions still hold the guard pattern.
   bool guards_intact() const;
@@ -72,7 +89,8 @@ class host_buffer {
   std::string guard_report() const;
 
  private:
-  std::vector<uint8_t> storage_;  // [lead: alignment pad] guard | data | guard
+  uint8_t* base() const { return storage_ ? storage_->data() : nullptr; }
+  std::shared_ptr<std::vector<uint8_t>> storage_;  // [lead: alignment pad] guard | data | guard
   size_t lead_bytes_ = 0;         // so that data() is 64-byte aligned
   size_t size_bytes_ = 0;
   size_t guard_bytes_ = 0;

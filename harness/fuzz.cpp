@@ -12,6 +12,8 @@
 #include "core/case_data.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/memory_budget.h"
 #include "core/op.h"
 #include "harness/golden_io.h"
 #include "harness/isolate.h"
@@ -102,8 +104,31 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
       return rec;
     }
   }
-  case_data ra = init.clone();
-  case_data rb = init.clone();
+  // Memory: the runs share the initial case's inputs (each input's checksum is checked after
+  // each run) and own their outputs; the initial poisoned outputs are dropped unless the caller
+  // keeps the initial case (--dump), their pattern being known.
+  if (!out_initial) init.drop_poison_outputs();  // first: the runs then make theirs anew
+  case_data ra = init.clone_outputs();
+  case_data rb = init.clone_outputs();
+  std::map<std::string, uint64_t> sums;
+  for (const auto& [name, buf] : init.buffers)
+    if (ra.buffers.at(name).shares_memory_with(buf)) sums[name] = buffer_checksum(buf);
+  // A run that wrote into a shared input keeps what it wrote; the initial case and the other run
+  // get the inputs as made again (a failing case only: the comparison then says where).
+  auto unshare_changed = [&](case_data& culprit, case_data& other) {
+    std::vector<std::string> changed;
+    for (const auto& [name, sum] : sums)
+      if (culprit.buffers.at(name).shares_memory_with(init.buffers.at(name)) &&
+          buffer_checksum(init.buffers.at(name)) != sum)
+        changed.push_back(name);
+    if (changed.empty()) return;
+    case_data fresh = make_case(prob);
+    for (const std::string& name : changed) {
+      host_buffer pristine = std::move(fresh.buffers.at(name));
+      if (other.buffers.at(name).shares_memory_with(init.buffers.at(name))) other.replace_buffer(name, pristine.share());
+      init.replace_buffer(name, std::move(pristine));
+    }
+  };
   for (auto [be, run, label] : {std::tuple<backend*, case_data*, const char*>{&a, &ra, "a"},
                                 std::tuple<backend*, case_data*, const char*>{&b, &rb, "b"}}) {
     auto t0 = clock_type::now();
@@ -123,6 +148,7 @@ case_record run_case(const problem& prob, backend& a, backend& b, const compare_
       rec.seconds_b = seconds_since(t0);
       rec.variant_b = be->last_variant();
     }
+    unshare_changed(*run, run == &ra ? rb : ra);
   }
   rec.report = compare_runs(init, ra, rb, cmp);
   if (out_initial) *out_initial = std::move(init);
@@ -326,6 +352,19 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
         rec.report.outcome = case_outcome::skipped;
         rec.report.message = fmt::format("profile {}: the coerced problem breaks the constraint on {}",
                                          fuzz_profile_name(opt.profile), e.arg());
+      }
+    }
+    if (profiled && !opt.repro && opt.max_memory_bytes < INT64_MAX) {
+      // a drawn case over the memory limit is skipped (the reason names the limit only, so that
+      // skip_reasons groups these cases); a replayed one is refused before the campaign
+      const memory_need need = case_memory_need(prob, memory_use::fuzz);
+      if (need.total_bytes > opt.max_memory_bytes) {
+        profiled = false;
+        rec.report.repro = prob.to_repro();
+        rec.report.outcome = case_outcome::skipped;
+        rec.report.message = fmt::format("the case needs more memory than {} ({})",
+                                          human_bytes(static_cast<uint64_t>(opt.max_memory_bytes)),
+                                          opt.max_memory_source.empty() ? "--max-memory" : opt.max_memory_source);
       }
     }
     if (profiled) {

@@ -62,6 +62,8 @@ struct fuzz_options {
   std::function<bool()> stop_requested;  // asked before each case: true stops the campaign
                                          // (SIGINT/SIGTERM in the CLI); the summary and report
                                          // then say "interrupted"
+  int64_t max_memory_bytes = INT64_MAX;  // `--max-memory`: a drawn case whose budget
+  std::string max_memory_source;         // (core/memory_budget.h) exceeds it is SKIPPED
   std::string replay_prefix;           // replay lines start with this instead of
                                        // "ropekv fuzz --backends A,B" (e.g. the Python CLI's)
 };

@@ -22,6 +22,7 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/memory_budget.h"
 #include "core/presets.h"
 #include "core/problem.h"
 #include "tools/backends_registry.h"
@@ -349,6 +350,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
       ->capture_default_str();
   b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
   b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
+  add_max_memory_option(b, o.max_memory);
   b->add_flag("--force", o.force, "--json may replace an existing file");
   b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"
             "  ropekv bench --backend sim --case deepseek-v3:32 --cache bf16\n"
@@ -387,6 +389,9 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   for (const std::string& v : variants) set_kernel_variant(v);  // parse all before running anything
   ropekv_gpu::rk_variant_overrides() = {};
   const std::vector<bench_case> cases = build_cases(o, gpu);  // every case checked before any timing
+  const memory_limit mem = memory_limit_of(o.max_memory);
+  for (const bench_case& bc : cases)  // each case's budget, before any is built
+    check_memory(case_memory_need(bc.prob, memory_use::bench), mem, "raise --max-memory or bench fewer tokens");
   omp_set_num_threads(o.threads);
 
   nlohmann::json j;

@@ -33,6 +33,7 @@ struct bench_opts {
   int threads = 2;                     // CPU backends and the memcpy: OpenMP threads
   double budget_s = 0.4;               // time budget per measurement
   std::string json;                    // write the JSON report here
+  std::string max_memory = "auto";     // --max-memory: each case's budget (tools/cli.h memory_limit_of)
 };
 
 // Applies one kernel-variant request ("auto", "v3", "gpb=8+qp=1", ...; the `--variant` syntax of

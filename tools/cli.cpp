@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/golden.h"
+#include "core/memory_budget.h"
 #include "core/op.h"
 #include "core/presets.h"
 #include "core/problem.h"
@@ -51,6 +53,51 @@ int64_t parse_decimal(const std::string& text, int64_t lo, int64_t hi, const std
       static_cast<int64_t>(v) > hi)
     throw arg_error(arg, fmt::format("a decimal integer in {}..{}", lo, hi), "'" + text + "'");
   return static_cast<int64_t>(v);
+}
+
+int64_t parse_memory_size(const std::string& text, const std::string& arg) {
+  const auto bad = [&]() {
+    return arg_error(arg,
+                     "a size like 512MiB, 41.2GiB or 1000000 (bytes): decimal digits, an optional fraction and "
+                     "unit (B, kB, KiB, MB, MiB, GB, GiB, TB, TiB), 1 byte .. 2^62 bytes",
+                     "'" + text + "'");
+  };
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  uint64_t whole = 0, frac = 0, frac_scale = 1;
+  if (!decimal_digits(text.substr(0, i), &whole)) throw bad();
+  if (i < text.size() && text[i] == '.') {
+    const size_t start = ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == start || i - start > 18 || !decimal_digits(text.substr(start, i - start), &frac)) throw bad();
+    for (size_t k = start; k < i; ++k) frac_scale *= 10;
+  }
+  static const std::pair<const char*, uint64_t> units[] = {
+      {"", 1},           {"B", 1},           {"kB", 1000},          {"KiB", 1024},
+      {"MB", 1000000},   {"MiB", 1u << 20},  {"GB", 1000000000},    {"GiB", uint64_t{1} << 30},
+      {"TB", uint64_t{1000000000000}}, {"TiB", uint64_t{1} << 40}};
+  const std::string unit = text.substr(i);
+  const auto* u = std::find_if(std::begin(units), std::end(units), [&](const auto& x) { return unit == x.first; });
+  if (u == std::end(units)) throw bad();
+  // 128-bit: no digits and unit can wrap (a limit of 2^62 bytes is refused, not wrapped)
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(whole) * u->second +
+                                  static_cast<unsigned __int128>(frac) * u->second / frac_scale;
+  if (bytes < 1 || bytes > (static_cast<unsigned __int128>(1) << 62)) throw bad();
+  return static_cast<int64_t>(bytes);
+}
+
+memory_limit memory_limit_of(const std::string& text) {
+  if (text == "auto") return default_memory_limit();
+  return memory_limit{parse_memory_size(text, "--max-memory"), "--max-memory"};
+}
+
+void add_max_memory_option(CLI::App* cmd, std::string& text) {
+  cmd->add_option("--max-memory", text,
+                  "Refuse a case whose buffers (with the copies this command keeps) need more than SIZE "
+                  "(512MiB, 41.2GiB, bytes), checked before anything is allocated; auto: 80% of the "
+                  "available memory (and of a cgroup's limit)")
+      ->type_name("SIZE")
+      ->capture_default_str();
 }
 
 CLI::Validator decimal_in(int64_t lo, int64_t hi) {
@@ -280,13 +327,14 @@ problem problem_from(const std::string& preset, int64_t tokens, const std::strin
 }
 
 struct run_opts {
-  std::string preset, repro, backend = "ref";
+  std::string preset, repro, backend = "ref", max_memory = "auto";
   int64_t tokens = 32;
   uint64_t seed = 1;
 };
 
 int cmd_run(cli_state& st, const run_opts& o) {
   problem p = problem_from(o.preset, o.tokens, o.repro, o.seed, "run");
+  check_memory(case_memory_need(p, memory_use::run), memory_limit_of(o.max_memory), "raise --max-memory or use fewer tokens");
   std::string bname = canonical_backend_name(o.backend);
   std::unique_ptr<backend> be = find_backend(bname)();
   case_data c = make_case(p);
@@ -371,6 +419,7 @@ struct fuzz_cli_opts {
   std::string variant = "auto";
   std::string pin;
   std::string jobs;  // --jobs N: N local worker processes (cmd_fuzz_jobs)
+  std::string max_memory = "auto";
 };
 
 // The report, atomically (core/file_io.h): a full disk or a signal never leaves half a report,
@@ -416,7 +465,14 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
                                "--numerics");
   f.shrink = !o.no_shrink;
   f.shrink_time_s = parse_duration_s(o.shrink_time, "--shrink-time");
-  if (!o.repro.empty()) f.repro = parse_problem(o.repro);
+  const memory_limit mem = memory_limit_of(o.max_memory);
+  f.max_memory_bytes = mem.bytes;
+  f.max_memory_source = mem.source;
+  if (!o.repro.empty()) {
+    f.repro = parse_problem(o.repro);
+    // a replayed case is refused up front (a drawn case over the limit is SKIPPED)
+    check_memory(case_memory_need(*f.repro, memory_use::fuzz), mem, "raise --max-memory or replay a smaller case");
+  }
   if (o.cases < -1) throw arg_error("--cases", ">= 0", std::to_string(o.cases));
   f.cases = o.cases;
   if (!o.time.empty()) f.time_limit_s = parse_duration_s(o.time, "--time");
@@ -508,6 +564,7 @@ int cmd_fuzz_jobs(cli_state& st, const fuzz_cli_opts& o, const std::vector<std::
   if (names.size() != 2) throw arg_error("--backends", "two names A,B (e.g. ref,sim)", "'" + o.backends + "'");
   for (const std::string& n : names) canonical_backend_name(n);
   parse_fuzz_profile(o.profile);
+  memory_limit_of(o.max_memory);
   make_compare_options(o.max_ulp, o.strict, o.bitwise, o.numerics, o.identify, "--max-ulp", "--numerics");
   parse_duration_s(o.shrink_time, "--shrink-time");
   if (!o.time.empty()) parse_duration_s(o.time, "--time");
@@ -564,6 +621,7 @@ struct golden_write_opts {
   uint64_t seed = 1;
   int64_t max_tokens = 16;
   std::string pin;  // --random: keys every case takes (repro syntax, as fuzz --pin)
+  std::string max_memory = "auto";
 };
 
 void write_one_golden(const problem& p, const std::string& path, const golden_write_opts& o) {
@@ -587,12 +645,19 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
   // an existing file or a folder with files in it is replaced only when asked, and checked before
   // the reference runs
   check_new_output(o.out, o.force, "--out");
+  const memory_limit mem = memory_limit_of(o.max_memory);
+  const char* const smaller = "raise --max-memory or use fewer tokens";
   if (o.random > 0) {
     if (!o.pin.empty()) check_pins(o.pin);
+    auto case_i = [&](int64_t i) {
+      problem p = random_problem(o.seed, static_cast<uint64_t>(i), o.max_tokens);
+      return o.pin.empty() ? p : pin_problem(p, o.pin);
+    };
+    // every case checked before the folder is made
+    for (int64_t i = 0; i < o.random; ++i) check_memory(case_memory_need(case_i(i), memory_use::golden_write), mem, smaller);
     std::filesystem::create_directories(o.out);
     for (int64_t i = 0; i < o.random; ++i) {
-      problem p = random_problem(o.seed, static_cast<uint64_t>(i), o.max_tokens);
-      if (!o.pin.empty()) p = pin_problem(p, o.pin);
+      const problem p = case_i(i);
       std::string path = fmt::format("{}/case-{:04}{}", o.out, i, o.format == "npy" ? "" : ".safetensors");
       write_one_golden(p, path, o);
       st.out << fmt::format("wrote {}: {}\n", path, p.to_repro());
@@ -606,6 +671,7 @@ int cmd_golden_write(cli_state& st, const golden_write_opts& o) {
     p.table_rows = o.table_rows;
     check_problem(p);
   }
+  check_memory(case_memory_need(p, memory_use::golden_write), mem, smaller);
   if (o.inputs.empty()) {
     write_one_golden(p, o.out, o);
   } else {
@@ -651,6 +717,7 @@ struct golden_cmp_opts {
     check_new_output(json, force, "--json");
   }
   std::string numerics = "fp32";
+  std::string max_memory = "auto";
   compare_options options() const {
     return make_compare_options(max_ulp, strict, false, numerics, true, "--max-ulp", "--numerics");
   }
@@ -669,12 +736,24 @@ struct golden_cmp_opts {
                     "Rope arithmetic the outputs claim: fp32, operand-products, operand-dtype (core/SPEC.md); "
                     "every rope region says which models it matches bit for bit")
         ->capture_default_str();
+    add_max_memory_option(cmd, max_memory);
   }
 };
+
+// The budget of a golden file's case, from its header alone (before any tensor is read); a header
+// that cannot be read is left to the reader, which names what is wrong.
+void check_golden_memory(const std::string& file, memory_use use, const std::string& max_memory) {
+  const memory_limit mem = memory_limit_of(max_memory);
+  problem p;
+  int64_t data_bytes = 0;
+  if (!peek_golden_problem(file, &p, &data_bytes)) return;
+  check_memory(case_memory_need(p, use, data_bytes), mem, "raise --max-memory or check a smaller file");
+}
 
 int cmd_golden_compare(cli_state& st, const std::string& file, const std::string& got,
                        const golden_cmp_opts& o, const std::string& json) {
   o.check_json(json);
+  check_golden_memory(file, memory_use::golden_check, o.max_memory);
   golden_compare_result r = compare_golden_outputs(file, got, o.options());
   r.rec.replay = fmt::format("ropekv golden compare {} --got {}{}", file, got, o.replay_flags());
   if (!r.ignored.empty()) st.out << "ignored: " << joined(r.ignored) << "\n";
@@ -684,6 +763,7 @@ int cmd_golden_compare(cli_state& st, const std::string& file, const std::string
 int cmd_golden_check(cli_state& st, const std::string& file, const std::string& backend_name,
                      const golden_cmp_opts& o, const std::string& json) {
   o.check_json(json);
+  check_golden_memory(file, memory_use::golden_check, o.max_memory);
   std::string bname = canonical_backend_name(backend_name);
   std::unique_ptr<backend> be = find_backend(bname)();
   case_record rec = check_golden_file(file, *be, o.options());
@@ -732,6 +812,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   run->add_option("--repro", ro.repro, "A repro string (docs/golden-format.md), instead of --preset")->check(non_empty);
   run->add_option("--backend", ro.backend, "ref (alias cpu), sim, or hip when compiled in")->capture_default_str();
   run->add_option("--seed", ro.seed, "Data seed for --preset")->transform(decimal_u64())->capture_default_str();
+  add_max_memory_option(run, ro.max_memory);
   run->footer("Examples:\n  ropekv run --preset deepseek-v3 --tokens 32\n  ropekv run --preset kimi-k2 --tokens 256 --backend sim\n"
               "  ropekv run --repro 'tq=4 ts=4 tk=4 h=16 cache=fp8_e4m3fn k_scale=0.5'");
 
@@ -773,6 +854,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                    "fuzz only the domain your kernel claims; the rest stays random")
       ->check(non_empty);
   fuzz->add_option("--shard", fo.shard, "K/N: run case i only when i % N == K; auto/N reads SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX")->check(non_empty);
+  add_max_memory_option(fuzz, fo.max_memory);
   fuzz->add_option("--jobs", fo.jobs,
                    "N: run the campaign as N local worker processes (shards 0..N-1 of it; N up to 4 x the CPUs), "
                    "their lines prefixed [shard K/N], their reports merged (--json)")
@@ -819,6 +901,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
                      "--preset: keep table rows 0..N-1, positions below N (0: the full table)")
       ->transform(decimal_in(0, int64_t{1} << 26))
       ->capture_default_str();
+  add_max_memory_option(gwrite, gw.max_memory);
   gwrite->add_flag("--store-all", gw.store_all,
                    "Store every tensor as itself (larger file): no poison fills or q_out nope columns "
                    "left to be rebuilt from the `derived` metadata");
@@ -881,6 +964,11 @@ int cli_main(const std::vector<std::string>& args, std::ostream& out, std::ostre
   cli_state st{out, err, false};
   try {
     return run_cli(args, st);
+  } catch (const std::bad_alloc&) {  // an allocation not named where it happened
+    out << std::flush;
+    err << "ropekv: error: out of memory (an allocation failed): --max-memory checks a case's "
+                 "buffers before they are allocated; use fewer tokens or a smaller case\n";
+    return 2;
   } catch (const std::exception& e) {
     const std::string msg = one_line(e.what());
     out << std::flush;
@@ -893,6 +981,11 @@ int cli_main(const std::vector<std::string>& args) {
   cli_state st{std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
   try {
     return run_cli(args, st);
+  } catch (const std::bad_alloc&) {  // an allocation not named where it happened
+    std::cout << std::flush;
+    std::cerr << "ropekv: error: out of memory (an allocation failed): --max-memory checks a case's "
+                 "buffers before they are allocated; use fewer tokens or a smaller case\n";
+    return 2;
   } catch (const std::exception& e) {
     const std::string msg = one_line(e.what());
     std::cout << std::flush;

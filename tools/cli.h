@@ -30,6 +30,16 @@ extern const CLI::Validator non_empty;
 // Parses TEXT as a decimal integer in [lo, hi] (digits only, no sign, no exponent); arg_error
 // naming `arg` (e.g. "--case") otherwise.
 int64_t parse_decimal(const std::string& text, int64_t lo, int64_t hi, const std::string& arg);
+// Parses a memory size (`--max-memory`): decimal digits, an optional fraction and unit (B, kB,
+// KiB, MB, MiB, GB, GiB, TB, TiB), e.g. 512MiB, 41.2GiB, 1000000; 1 byte .. 2^62 bytes, rounded
+// down to whole bytes. arg_error naming `arg` otherwise (no sign, exponent or hex).
+int64_t parse_memory_size(const std::string& text, const std::string& arg);
+// The limit of `--max-memory TEXT`: "auto" is default_memory_limit() (core/memory_budget.h: 80% of
+// the memory available), anything else parse_memory_size.
+struct memory_limit;
+memory_limit memory_limit_of(const std::string& text);
+// Adds `--max-memory SIZE` (default auto) bound to `text` to a command that builds cases.
+void add_max_memory_option(CLI::App* cmd, std::string& text);
 // "a,b,c" -> {a, b, c} (sep ','; '+' for variant parts); an empty item or an empty list is an
 // arg_error naming `arg`.
 std::vector<std::string> split_list(const std::string& text, char sep, const char* arg);

@@ -271,6 +271,28 @@ USAGE_CASES = [
                  id="fuzz --jobs: unknown backend (no worker starts)"),
     pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--json", "{tmp}/no/such/r.json"], ["--json", "existing folder"],
                  id="fuzz --jobs: report in a missing folder"),
+    # --max-memory SIZE: decimal digits, an optional fraction and unit, 1 byte .. 2^62 bytes
+    *[pytest.param(["run", "--repro", SMALL_REPRO, *([f"--max-memory={size}"] if size.startswith("-") else ["--max-memory", size])],
+                   ["--max-memory", f"'{size}'", "512MiB"],
+                   id=f"--max-memory {size!r}")
+      for size in ["", "-1", "1e3", "0x10", "abc", "5XB", "0", "5000000TiB", "1 GiB"]],
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--max-memory", "1e3"], ["--max-memory", "'1e3'"],
+                 id="fuzz --jobs: --max-memory checked before any worker starts"),
+    # a case over the memory limit: refused before anything is allocated or written
+    pytest.param(["run", "--preset", "deepseek-v3", "--tokens", "100000", "--max-memory", "16GiB"],
+                 ["--max-memory", "fits in 16.00 GiB", "needs 27.70 GiB", "q_out 13.73 GiB", "q_nope 12.21 GiB", "fewer tokens"],
+                 id="--max-memory: run deepseek-v3 x 100000"),
+    pytest.param(["run", "--repro", "tq=1 ts=1 tk=16777216 h=64 kh=64 dn=448 dr=64", "--max-memory", "100GiB"],
+                 ["--max-memory", "needs 1024.13 GiB", "kv_c 896.00 GiB"], id="--max-memory: a repro with an 896 GiB kv_c"),
+    pytest.param(["fuzz", "--backends", "ref,ref", "--repro", SMALL_REPRO, "--max-memory", "1KiB", "--json", "{tmp}/r.json"],
+                 ["--max-memory", "fits in 1.0 KiB (--max-memory)", "cache 1.9 KiB in 2 copies"],
+                 id="--max-memory: fuzz --repro over the limit"),
+    pytest.param(["golden", "write", "--repro", SMALL_REPRO, "--max-memory", "1KiB", "--out", "{tmp}/x.safetensors"],
+                 ["--max-memory", "fits in 1.0 KiB"], id="--max-memory: golden write"),
+    pytest.param(["golden", "write", "--random", "3", "--max-memory", "1KiB", "--out", "{tmp}/cases"],
+                 ["--max-memory", "fits in 1.0 KiB"], id="--max-memory: golden write --random (no folder made)"),
+    pytest.param(["bench", "--backend", "ref", "--case", "deepseek-v3:4096", "--max-memory", "100MiB"],
+                 ["--max-memory", "fits in 100.0 MiB", "bench fewer tokens"], id="--max-memory: bench case"),
 ]
 
 
@@ -337,6 +359,58 @@ def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
     r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "2", "--json", str(report), "--force"])
     assert r.returncode == 0, r.stderr
     assert report.read_text().startswith("{") and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def with_repro(path, out, change):
+    """A copy of a golden file whose __metadata__.repro has the keys of `change` set (tensors unchanged)."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    repro = header["__metadata__"]["repro"]
+    for key_value in change.split():
+        key = key_value.split("=")[0]
+        repro = " ".join(key_value if t.split("=")[0] == key else t for t in repro.split())
+    header["__metadata__"]["repro"] = repro
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * (-len(text) % 8)
+    out.write_bytes(struct.pack("<Q", len(text)) + text.encode() + data[8 + n:])
+    return out
+
+
+def test_golden_check_over_the_memory_limit(ropekv_bin, golden_files, tmp_path):
+    # the limit is checked from the file's header, before any tensor is read: a small file whose
+    # repro pads every cache entry and block (the same logical tensors, buffers of 2 x 1 MiB)
+    padded = with_repro(golden_files["good"], tmp_path / "padded.safetensors", "entry_pad=65536 block_pad=65536")
+    before = sorted(tmp_path.iterdir())
+    for cmd in (["golden", "check", str(padded), "--backend", "ref"],
+                ["golden", "compare", str(padded), "--got", str(golden_files["good"])]):
+        r = run_cli(ropekv_bin, [*cmd, "--max-memory", "512KiB"])
+        check_one_error_line(r, ["--max-memory", "fits in 512.0 KiB", "cache", "in 2 copies", "golden file tensors", "smaller file"])
+        assert sorted(tmp_path.iterdir()) == before, "a failed command left files behind"
+    # controls: the unpadded file fits the same limit; the padded one fits a larger one
+    r = run_cli(ropekv_bin, ["golden", "check", str(golden_files["good"]), "--max-memory", "512KiB"])
+    assert r.returncode == 0, r.stderr
+    r = run_cli(ropekv_bin, ["golden", "check", str(padded), "--max-memory", "64MiB"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_fuzz_skips_drawn_cases_over_the_memory_limit(ropekv_bin):
+    # a drawn case over the limit is SKIPPED (grouped under one reason), not an error
+    r = run_cli(ropekv_bin, ["fuzz", "--backends", "ref,ref", "--cases", "3", "--max-memory", "1KiB"])
+    assert r.returncode == 0, r.stderr
+    assert "skipped 3x: the case needs more memory than 1.0 KiB (--max-memory)" in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1] == "0 passed, 0 failed, 3 skipped"
+
+
+def test_an_allocation_that_fails_is_one_error_line(ropekv_bin):
+    # past the budget check (a limit raised by hand), a failing allocation names its buffer
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    r = subprocess.run([ropekv_bin, "run", "--preset", "deepseek-v3", "--tokens", "4096", "--max-memory", "1TiB"],
+                       capture_output=True, text=True, timeout=60, env=CLEAN_ENV, preexec_fn=limit)
+    check_one_error_line(r, ["out of memory allocating case buffer", "--max-memory"])
 
 
 def test_report_merge_of_a_non_json_file(ropekv_bin, golden_files):
