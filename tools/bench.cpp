@@ -24,6 +24,7 @@
 #include "core/file_io.h"
 #include "core/presets.h"
 #include "core/problem.h"
+#include "harness/progress.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
 #if defined(ROPEKV_HAVE_HIP)
@@ -387,6 +388,15 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   for (const std::string& v : variants) set_kernel_variant(v);  // parse all before running anything
   ropekv_gpu::rk_variant_overrides() = {};
   const std::vector<bench_case> cases = build_cases(o, gpu);  // every case checked before any timing
+  // Progress on stderr, a line per interval (harness/progress.h): what is being measured, k of n.
+  progress_ticker ticker;
+  int64_t measurements = 0, measured = 0;
+  for (const bench_case& bc : cases)
+    for (const std::string& mode : modes)
+      if (mode != "zero_copy" || bc.prob.q_out_dtype == bc.prob.in_dtype) measurements += static_cast<int64_t>(variants.size());
+  const auto progress = [&](const std::string& what) {
+    if (ticker.due()) err << "bench: " << what << "\n" << std::flush;
+  };
   omp_set_num_threads(o.threads);
 
   nlohmann::json j;
@@ -437,6 +447,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        c.gbps, k.gbps, k4.gbps);
 #endif
   } else {
+    progress(fmt::format("measuring the copy reference ({} MiB, before the op timings)", o.copy_mb));
     cpu_copy = std::make_unique<cpu_copy_meter>(copy_bytes);
     cpu_copy->measure("before", o.budget_s);  // and again after the op timings, below
     copy_gbps = cpu_copy->best_gbps;
@@ -454,6 +465,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        r["floor_us"].get<double>(), r["gbps"].get<double>(), r["pct_of_copy"].get<double>());
   };
   for (const bench_case& bc : cases) {
+    progress(fmt::format("preparing {} ({} of {} measurements done)", bc.name, measured, measurements));
     case_data base = make_case(bc.prob);
     for (const std::string& mode : modes) {
       const bool zc = mode == "zero_copy";
@@ -462,6 +474,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
       if (zc) apply_zero_copy(c);
       const bench_bytes bytes = count_bytes(c.args);
       for (const std::string& v : variants) {
+        ++measured;
+        progress(fmt::format("measuring {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
         set_kernel_variant(v);
         timing t;
         try {
@@ -501,6 +515,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
     }
   }
   if (cpu_copy) {  // the copies again, after the op timings; the denominator is the best median
+    progress(fmt::format("measuring the copy reference ({} MiB, after the op timings)", o.copy_mb));
     cpu_copy->measure("after", o.budget_s);
     copy_gbps = cpu_copy->best_gbps;
     rows.clear();
@@ -525,7 +540,6 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   out << fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "case", "mode", "request",
                      "variant", "us/call", "MB", "floor_us", "GB/s", "%copy");
   for (const std::string& r : rows) out << r << "\n";
-  (void)err;
   return 0;
 }
 

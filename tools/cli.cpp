@@ -440,7 +440,7 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   stop_between_cases = 1;
   fuzz_summary s;
   try {
-    s = run_fuzz(f, st.out, st.tty);
+    s = run_fuzz(f, st.out, st.tty, &st.err);
   } catch (...) {
     stop_between_cases = 0;
     throw;
