@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -79,7 +80,7 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   for (const std::string& sc : scales) (void)parse_enum<scale_storage>(sc, "--scales");
   for (const std::string& n : names) {
     const auto colon = n.find(':');
-    if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
+    if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", "'" + n + "'");
     // TOKENS: decimal digits (no "1e9", which would read as 1)
     const int64_t tokens = parse_decimal(n.substr(colon + 1), 1, int64_t{1} << 24, "--case " + n + ": TOKENS");
     for (const std::string& l : layouts) {
@@ -348,7 +349,17 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--threads", o.threads, "CPU backends and memcpy: OpenMP threads (at most 1024)")
       ->transform(decimal_in(1, 1024))
       ->capture_default_str();
-  b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
+  // a number (run_bench then requires it finite and >= 0); CLI11 alone reads '' as 0
+  const CLI::Validator seconds(
+      [](std::string& text) -> std::string {
+        const char* b = text.c_str();
+        char* end = nullptr;
+        (void)std::strtod(b, &end);
+        const bool number = !text.empty() && end == b + text.size() && text.find_first_of(" \t\n") == std::string::npos;
+        return number ? "" : "expected a finite number of seconds >= 0, got '" + text + "'";
+      },
+      "", "seconds");
+  b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->check(seconds)->capture_default_str();
   b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
   b->add_flag("--force", o.force, "--json may replace an existing file");
   b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"

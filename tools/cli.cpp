@@ -772,6 +772,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--variant", fo.variant,
                    "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
                    "general); auto = the launch plan's choice")
+      ->check(non_empty)
       ->capture_default_str();
   fuzz->add_option("--pin", fo.pin,
                    "Keys every random case keeps, in repro syntax (e.g. 'dn=512 dr=64 cache=fp8_e4m3fn'): "
@@ -791,7 +792,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   bool merge_allow_interrupted = false, merge_force = false;
   auto* merge = report->add_subcommand("merge", "Combine shard reports of one campaign");
   merge->add_option("reports", merge_files, "Shard reports (fuzz --json): shards 0..N-1 of one campaign, each once")
-      ->required();
+      ->required()
+      ->check(non_empty);
   merge->add_option("--json", merge_json, "Write the merged report here")->check(non_empty);
   merge->add_flag("--force", merge_force, "--json may replace an existing file");
   merge->add_flag("--allow-interrupted", merge_allow_interrupted,
@@ -831,7 +833,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   std::string gc_file, gc_backend = "ref", gc_json;
   golden_cmp_opts gc_cmp;
   auto* gcheck = golden->add_subcommand("check", "Run a backend on a golden file's inputs and compare");
-  gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required();
+  gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required()->check(non_empty);
   gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
   gc_cmp.add_to(gcheck);
   gcheck->add_option("--json", gc_json, "Write the case report as JSON")->check(non_empty);
@@ -839,10 +841,10 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   std::string gp_file, gp_got, gp_json;
   golden_cmp_opts gp_cmp;
   auto* gcompare = golden->add_subcommand("compare", "Compare your kernel's outputs with a golden file's");
-  gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required();
+  gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required()->check(non_empty);
   gcompare->add_option("--got", gp_got,
                        "Your outputs: safetensors or npy folder with q_out, cache | ckv_cache kpe_cache "
-                       "(and q_pe / k_pe when in place)")->required();
+                       "(and q_pe / k_pe when in place)")->required()->check(non_empty);
   gp_cmp.add_to(gcompare);
   gcompare->add_option("--json", gp_json, "Write the case report as JSON")->check(non_empty);
   gcompare->footer(golden_footer);
