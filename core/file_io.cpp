@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -262,23 +263,41 @@ void input_file::read_at(uint64_t offset, void* dst, uint64_t n, const std::stri
   }
 }
 
-std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& arg) {
+small_file_messages report_file_messages() {
+  small_file_messages m;
+  m.what = "a report";
+  m.unreadable = "a readable regular file (a fuzz report)";
+  m.exact_bytes = true;
+  return m;
+}
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& arg,
+                            const small_file_messages& msg) {
   auto fail_arg = [&](const std::string& expected, const std::string& got) -> void {
     if (arg.empty()) throw arg_error(path, expected, got);
     throw arg_error(arg, expected, "'" + path + "' (" + got + ")");
   };
+  const auto size_text = [&](uint64_t bytes) {
+    return msg.exact_bytes ? fmt::format("{} bytes", bytes) : human_bytes(bytes);
+  };
+  std::optional<input_file> f;
   try {
-    input_file f(path);
-    if (f.size() > max_bytes)
-      fail_arg(fmt::format("a file of at most {}", human_bytes(max_bytes)), human_bytes(f.size()));
-    std::string text(static_cast<size_t>(f.size()), '\0');
-    f.read_at(0, text.data(), f.size());
-    return text;
+    f.emplace(path);
+  } catch (const arg_error& e) {
+    if (!msg.unreadable.empty()) fail_arg(msg.unreadable, e.got());
+    if (!arg.empty() && e.arg() != arg) fail_arg(e.expected(), e.got());
+    throw;
+  }
+  if (f->size() > max_bytes)
+    fail_arg(fmt::format("{} of at most {}", msg.what, size_text(max_bytes)), size_text(f->size()));
+  std::string text(static_cast<size_t>(f->size()), '\0');
+  try {
+    f->read_at(0, text.data(), f->size());
   } catch (const arg_error& e) {
     if (arg.empty() || e.arg() == arg) throw;
     fail_arg(e.expected(), e.got());
   }
-  return {};
+  return text;
 }
 
 }  // namespace ropekv

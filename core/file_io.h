@@ -68,10 +68,25 @@ class input_file {
   uint64_t size_bytes_ = 0;
 };
 
+// What read_small_file's errors say the file should be (the defaults: any small file).
+struct small_file_messages {
+  // a larger file: "expected <what> of at most <max_bytes>, got <its size>"
+  std::string what = "a file";
+  // a file input_file refuses (missing, a FIFO, a folder): "expected <unreadable>, got <why>";
+  // "" keeps input_file's own ("expected a regular file, got a FIFO")
+  std::string unreadable;
+  // sizes as exact byte counts ("67108865 bytes") instead of human_bytes ("64 MiB")
+  bool exact_bytes = false;
+};
+// The messages of a fuzz report (`report merge`, the workers of `fuzz --jobs`).
+small_file_messages report_file_messages();
+
 // The whole of a small regular file (a JSON report, meta.json): refused before reading when it is
-// larger than max_bytes ("expected a file of at most 64 MiB, got 1.96 GiB"). Errors name `arg`
-// (the path when arg is empty).
-std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& arg = "");
+// larger than max_bytes ("expected a file of at most 64 MiB, got 1.96 GiB"); a FIFO or a device is
+// refused without reading or blocking on it (input_file). Errors name `arg` (the path when arg is
+// empty) and say what `msg` says the file should be.
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const std::string& arg = "",
+                            const small_file_messages& msg = {});
 
 // "1.96 GiB", "788 kB"-style sizes for messages.
 std::string human_bytes(uint64_t bytes);

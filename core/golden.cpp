@@ -798,7 +798,8 @@ tensor_file read_npy_folder(const std::string& dir) {
   if (std::filesystem::exists(meta_path, ec)) {
     const std::string text = read_small_file(meta_path, max_header_bytes);
     json meta = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (meta.is_discarded() || !meta.is_object()) file_error(meta_path, "", "a JSON object", "something else");
+    if (meta.is_discarded()) file_error(meta_path, "", "a JSON object", "text that is not JSON");
+    if (!meta.is_object()) file_error(meta_path, "", "a JSON object", std::string("a JSON ") + meta.type_name());
     for (auto it = meta.begin(); it != meta.end(); ++it) {
       if (it->is_string()) tf.metadata[it.key()] = it->get<std::string>();
       else if (it.key() == "dtypes" || it.key() == "derived") tf.metadata[it.key()] = it->dump();  // objects in meta.json

@@ -131,6 +131,62 @@ void check_scale(const char* key, float s) {
     throw arg_error(key, "a finite value > 0", fmt::format("{}", s));
 }
 
+// rope_table: "random" or a preset's name (whose YaRN table must have the problem's rows, when
+// check_rows).
+void check_rope_table(const std::string& name, int64_t table_rows, bool check_rows) {
+  if (name == "random") return;
+  std::string names = "random";
+  const model_preset* found = nullptr;
+  for (const model_preset& m : model_presets()) {
+    names += ", " + m.name;
+    if (m.name == name) found = &m;
+  }
+  if (!found) throw arg_error("rope_table", "one of " + names, name);
+  const int64_t rows = yarn_table_rows(found->yarn);
+  if (check_rows && table_rows > rows)
+    throw arg_error("p", fmt::format("<= {} (rows of the {} YaRN table)", rows, name), std::to_string(table_rows));
+}
+
+// The constraints of check_problem on one key that its value meets or breaks whatever the other
+// keys are (a pinned h=0 or dr=7 suits no problem: check_pins refuses it), with check_problem's
+// messages. Keys whose constraints depend on others (cache, dec, pad_slots, ...) are not checked.
+void check_key_alone(const problem& p, std::string_view key) {
+  if (key == "tq") check_range("tq", p.tq, 0, max_tokens_limit);
+  else if (key == "ts") check_range("ts", p.ts, 0, max_tokens_limit);
+  else if (key == "tk") check_range("tk", p.tk, 0, max_tokens_limit);
+  else if (key == "h") check_range("h", p.heads, 1, max_heads_limit);
+  else if (key == "kh") check_range("kh", p.kv_heads, 1, max_heads_limit);
+  else if (key == "dn") check_range("dn", p.dn, 1, max_dim_limit);
+  else if (key == "dr") {
+    check_range("dr", p.dr, 2, max_dim_limit);
+    if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
+  } else if (key == "p") check_range("p", p.table_rows, 1, max_rows_limit);
+  else if (key == "bs") check_range("bs", p.block_size, 1, max_block_size_limit);
+  else if (key == "nb") check_range("nb", p.num_blocks, 1, max_blocks_limit);
+  else if (key == "in") check_dtype("in", p.in_dtype, is_input_dtype(p.in_dtype), "one of f32, f16, bf16");
+  else if (key == "table_dtype")
+    check_dtype("table_dtype", p.table_dtype, is_input_dtype(p.table_dtype), "one of f32, f16, bf16");
+  else if (key == "pos") check_dtype("pos", p.pos_dtype, is_index_dtype(p.pos_dtype), "one of i32, i64");
+  else if (key == "slot") check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64");
+  else if (key == "qo")
+    check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype),
+                "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz");
+  else if (key == "k_scale") check_scale("k_scale", p.k_scale);
+  else if (key == "q_scale") check_scale("q_scale", p.q_scale);
+  else if (key == "row_pad") check_range("row_pad", p.row_pad_elems, 0, max_pad_limit);
+  else if (key == "entry_pad") check_range("entry_pad", p.entry_pad_elems, 0, max_pad_limit);
+  else if (key == "block_pad") check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
+  else if (key == "table_pad") check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
+  else if (key == "pad_slots") check_range("pad_slots", p.pad_slots, 0, max_tokens_limit);
+  else if (key == "dec") check_range("dec", p.dec_tokens, 0, max_tokens_limit);
+  else if (key == "amp") {
+    if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
+      throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
+  } else if (key == "rope_table") {
+    check_rope_table(p.rope_table, p.table_rows, /*check_rows=*/false);
+  }
+}
+
 void check_bytes(const char* what, double elems, dtype t) {
   double bytes = elems * static_cast<double>(dtype_size_bytes(t));
   if (bytes > max_buffer_bytes)
@@ -341,6 +397,7 @@ void check_pins(std::string_view pins) {
     if (!seen.insert(std::string(key)).second)
       throw arg_error("--pin", "each key once", fmt::format("'{}' twice", key));
     set_problem_key(p, key, val);
+    check_key_alone(p, key);
   }
 }
 
@@ -552,19 +609,7 @@ void check_problem(const problem& p) {
     throw arg_error("p", "a table that i32 positions can index", std::to_string(p.table_rows));
   if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
     throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
-  if (p.rope_table != "random") {
-    std::string names = "random";
-    const model_preset* found = nullptr;
-    for (const model_preset& m : model_presets()) {
-      names += ", " + m.name;
-      if (m.name == p.rope_table) found = &m;
-    }
-    if (!found) throw arg_error("rope_table", "one of " + names, p.rope_table);
-    const int64_t rows = yarn_table_rows(found->yarn);
-    if (p.table_rows > rows)
-      throw arg_error("p", fmt::format("<= {} (rows of the {} YaRN table)", rows, p.rope_table),
-                      std::to_string(p.table_rows));
-  }
+  check_rope_table(p.rope_table, p.table_rows, /*check_rows=*/true);
   // Buffer sizes (all dimensions are bounded above, so these doubles are exact enough).
   const double q_rows = static_cast<double>(p.tq) * static_cast<double>(p.heads);
   check_bytes("q_nope", q_rows * static_cast<double>(p.dn + p.row_pad_elems), p.in_dtype);

@@ -80,7 +80,9 @@ void check_problem(const problem& p);
 // naming the key for a malformed pin, or the field when the pinned problem breaks a constraint.
 problem pin_problem(problem p, std::string_view pins);
 // Checks the syntax and values of a pin string alone (unknown key, malformed value, a key
-// twice): arg_error naming "--pin" or the key. A pin that suits no problem surfaces later.
+// twice, a value that breaks its key's own range whatever the other keys are: h=0, dr=7,
+// in=i32): arg_error naming "--pin" or the key. Pins that suit no problem only together (or with
+// the drawn keys) surface later, as SKIPPED cases.
 void check_pins(std::string_view pins);
 
 // A random problem covering every option (the fuzzer's generator), from (seed, case_index).

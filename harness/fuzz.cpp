@@ -17,6 +17,7 @@
 #include "core/op.h"
 #include "harness/golden_io.h"
 #include "harness/isolate.h"
+#include "harness/progress.h"
 
 namespace ropekv {
 namespace {
@@ -181,7 +182,8 @@ bool grows(const problem& cand, const problem& cur) {
 
 problem shrink_problem(const problem& start, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
-                       int64_t* tries, fuzz_profile profile, const std::string& pins) {
+                       int64_t* tries, fuzz_profile profile, const std::string& pins,
+                       const shrink_progress_fn& on_try) {
   auto t0 = clock_type::now();
   problem cur = start;
   *steps = 0;
@@ -250,6 +252,7 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
       }
       if (cand == cur) continue;  // the profile undid the edit
       if (grows(cand, cur)) continue;  // e.g. "tq = 1" from tq = 0: no longer a shrink
+      if (on_try) on_try(cur, *steps, *tries);
       ++*tries;
       case_record r = run_case(cand, a, b, cmp);
       if (r.report.outcome == outcome) {
@@ -285,7 +288,7 @@ std::string summary_line(const fuzz_counts& c) {
   return s;
 }
 
-fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
+fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty, std::ostream* progress) {
   fuzz_options opt = opt_in;
   if (!opt.factory_a || !opt.factory_b)
     throw error("run_fuzz: fuzz_options needs factory_a and factory_b (tools/backends_registry.h "
@@ -306,7 +309,8 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
   if (opt.isolate) b = make_isolated_backend(std::move(b));
   fuzz_summary s;
   auto t0 = clock_type::now();
-  auto last_plain = t0;
+  progress_ticker ticker;  // the plain progress lines (cases, shrinking)
+  std::ostream& progress_out = progress != nullptr ? *progress : out;
   bool progress_shown = false;
   auto clear_progress = [&] {
     if (tty && progress_shown) {
@@ -400,9 +404,20 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
       }
     }
     if (bad && opt.shrink) {
+      clear_progress();  // the shrinking lines may go to the same terminal
+      const auto shrink_t0 = clock_type::now();
+      const std::string what = opt.repro ? std::string("the repro case") : fmt::format("case {}", i);
+      const shrink_progress_fn on_try = [&](const problem& cur, int64_t steps, int64_t tries) {
+        if (!ticker.due()) return;
+        progress_out << fmt::format("shrinking {}: step {}, try {}, tokens {} (Tq {}, Ts {}), {} heads, dn {}, dr {}, "
+                                    "{:.0f}s of {:.0f}s\n",
+                                    what, steps, tries + 1, cur.tk, cur.tq, cur.ts, cur.heads, cur.dn, cur.dr,
+                                    seconds_since(shrink_t0), opt.shrink_time_s)
+                     << std::flush;
+      };
       problem small = shrink_problem(prob, rec.report.outcome, *a, *b, opt.cmp, opt.shrink_time_s,
                                      &rec.shrink_steps, &rec.shrink_tries, opt.profile,
-                                     opt.pins);
+                                     opt.pins, on_try);
       if (small != prob) {
         rec.shrunk_repro = small.to_repro();
         rec.shrunk_replay = replay_command(opt, rec.shrunk_repro);
@@ -451,10 +466,10 @@ fuzz_summary run_fuzz(const fuzz_options& opt_in, std::ostream& out, bool tty) {
             << std::flush;
         progress_shown = true;
       }
-    } else if (seconds_since(last_plain) >= 10.0) {
-      last_plain = clock_type::now();
-      out << fmt::format("progress: {} cases, {:.1f} cases/s, {} failed\n", s.cases_run,
-                         s.cases_run / el, s.counts.failed + s.counts.errored);
+    } else if (ticker.due()) {
+      progress_out << fmt::format("progress: {} cases, {:.1f} cases/s, {} failed\n", s.cases_run,
+                                  s.cases_run / el, s.counts.failed + s.counts.errored)
+                   << std::flush;
     }
   }
   clear_progress();

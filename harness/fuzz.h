@@ -114,19 +114,25 @@ case_report compare_with_reference(const case_data& initial, const case_data& go
 // smaller dn/dr, no padding, separate kv, token-major q, ...) and keeps each that still ends
 // with the same outcome (FAILED or ERRORED). Returns the smallest found. Under a profile other
 // than `any` every candidate is re-coerced into the profile (a candidate the coercion rejects is
-// not tried), so the shrunk case is still one the profile draws.
+// not tried), so the shrunk case is still one the profile draws. `on_try`, when set, is called
+// before each candidate runs with the smallest problem so far and the steps and tries so far
+// (run_fuzz prints its progress lines from it).
+using shrink_progress_fn = std::function<void(const problem& current, int64_t steps, int64_t tries)>;
 problem shrink_problem(const problem& prob, case_outcome outcome, backend& a, backend& b,
                        const compare_options& cmp, double time_limit_s, int64_t* steps,
                        int64_t* tries, fuzz_profile profile = fuzz_profile::any,
-                       const std::string& pins = "");
+                       const std::string& pins = "", const shrink_progress_fn& on_try = nullptr);
 
 // `ropekv fuzz --backends A,B [--max-ulp N] [--strict] [--numerics M] [--profile P] --repro '<repro>'` (the
 // repro replays exactly; --profile only keeps a shrink of the replay inside the profile)
 std::string replay_command(const fuzz_options& opt, const std::string& repro);
 
-// Runs the campaign. Prints failure reports and progress to `out` (an updating line when `tty`)
-// and ends with the closing line "N passed, N failed[, N skipped][, N mistrusted]".
-fuzz_summary run_fuzz(const fuzz_options& opt, std::ostream& out, bool tty);
+// Runs the campaign. Prints failure reports to `out` and ends with the closing line
+// "N passed, N failed[, N skipped][, N mistrusted]". Progress: an updating line on `out` when
+// `tty`; otherwise a "progress: ..." line per interval (harness/progress.h), and while a failure
+// is shrunk a "shrinking case N: ..." line per interval, both to `progress` (the CLI: stderr),
+// or to `out` when it is null.
+fuzz_summary run_fuzz(const fuzz_options& opt, std::ostream& out, bool tty, std::ostream* progress = nullptr);
 
 // The closing line.
 std::string summary_line(const fuzz_counts& c);

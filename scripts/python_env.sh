@@ -5,6 +5,7 @@
 # setup.sh's build folder: only the module is compiled there). Needs scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 build_dir="${ROPEKV_BUILD_DIR:-build}"
 mkdir -p "$build_dir"
 venv="$build_dir/venv"
@@ -33,7 +34,7 @@ if [ -f "$build_dir/CMakeCache.txt" ]; then
              -C "cmake.define.ROPEKV_BUILD_TESTS=$(cache_value ROPEKV_BUILD_TESTS)"
              -C "cmake.define.ROPEKV_BUILD_EXAMPLES=$(cache_value ROPEKV_BUILD_EXAMPLES)")
 fi
-"$venv/bin/python" -m pip install "${pip_args[@]}" . \
-  >"$build_dir/pip-install.log" 2>&1 || { tail -n 40 "$build_dir/pip-install.log"; exit 1; }
+run_with_progress "python_env: building the package" "$build_dir/pip-install.log" \
+  "$venv/bin/python" -m pip install "${pip_args[@]}" . || { tail -n 40 "$build_dir/pip-install.log"; exit 1; }
 
 echo "python_env: ropekv package -> $venv (use $venv/bin/python; import ropekv)"

@@ -15,10 +15,12 @@ install_missing setup "${packages[@]}"
 build_dir="${ROPEKV_BUILD_DIR:-build}"
 jobs="${ROPEKV_JOBS:-$(nproc)}"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >"$build_dir.configure.log" 2>&1 ||
+  run_with_progress "setup: configuring" "$build_dir.configure.log" \
+    cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ||
     { cat "$build_dir.configure.log"; exit 1; }
   rm -f "$build_dir.configure.log"
 fi
-cmake --build "$build_dir" -j "$jobs" >"$build_dir.build.log" 2>&1 ||
+# a line every few seconds while it builds (minutes the first time): the time and the last [k/n] step
+run_with_progress "setup: building" "$build_dir.build.log" cmake --build "$build_dir" -j "$jobs" ||
   { tail -n 60 "$build_dir.build.log"; echo "setup: build failed (full log: $build_dir.build.log)" >&2; exit 1; }
 rm -f "$build_dir.build.log"

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "core/memory_budget.h"
 #include "core/presets.h"
 #include "core/problem.h"
+#include "harness/progress.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
 #if defined(ROPEKV_HAVE_HIP)
@@ -79,7 +81,7 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   for (const std::string& sc : scales) (void)parse_enum<scale_storage>(sc, "--scales");
   for (const std::string& n : names) {
     const auto colon = n.find(':');
-    if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", n);
+    if (colon == std::string::npos) throw arg_error("--case", "PRESET:TOKENS", "'" + n + "'");
     // TOKENS: decimal digits (no "1e9", which would read as 1)
     const int64_t tokens = parse_decimal(n.substr(colon + 1), 1, int64_t{1} << 24, "--case " + n + ": TOKENS");
     for (const std::string& l : layouts) {
@@ -348,7 +350,17 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--threads", o.threads, "CPU backends and memcpy: OpenMP threads (at most 1024)")
       ->transform(decimal_in(1, 1024))
       ->capture_default_str();
-  b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->capture_default_str();
+  // a number (run_bench then requires it finite and >= 0); CLI11 alone reads '' as 0
+  const CLI::Validator seconds(
+      [](std::string& text) -> std::string {
+        const char* b = text.c_str();
+        char* end = nullptr;
+        (void)std::strtod(b, &end);
+        const bool number = !text.empty() && end == b + text.size() && text.find_first_of(" \t\n") == std::string::npos;
+        return number ? "" : "expected a finite number of seconds >= 0, got '" + text + "'";
+      },
+      "", "seconds");
+  b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->check(seconds)->capture_default_str();
   b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
   add_max_memory_option(b, o.max_memory);
   b->add_flag("--force", o.force, "--json may replace an existing file");
@@ -392,6 +404,15 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   const memory_limit mem = memory_limit_of(o.max_memory);
   for (const bench_case& bc : cases)  // each case's budget, before any is built
     check_memory(case_memory_need(bc.prob, memory_use::bench), mem, "raise --max-memory or bench fewer tokens");
+  // Progress on stderr, a line per interval (harness/progress.h): what is being measured, k of n.
+  progress_ticker ticker;
+  int64_t measurements = 0, measured = 0;
+  for (const bench_case& bc : cases)
+    for (const std::string& mode : modes)
+      if (mode != "zero_copy" || bc.prob.q_out_dtype == bc.prob.in_dtype) measurements += static_cast<int64_t>(variants.size());
+  const auto progress = [&](const std::string& what) {
+    if (ticker.due()) err << "bench: " << what << "\n" << std::flush;
+  };
   omp_set_num_threads(o.threads);
 
   nlohmann::json j;
@@ -442,6 +463,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        c.gbps, k.gbps, k4.gbps);
 #endif
   } else {
+    progress(fmt::format("measuring the copy reference ({} MiB, before the op timings)", o.copy_mb));
     cpu_copy = std::make_unique<cpu_copy_meter>(copy_bytes);
     cpu_copy->measure("before", o.budget_s);  // and again after the op timings, below
     copy_gbps = cpu_copy->best_gbps;
@@ -459,6 +481,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                        r["floor_us"].get<double>(), r["gbps"].get<double>(), r["pct_of_copy"].get<double>());
   };
   for (const bench_case& bc : cases) {
+    progress(fmt::format("preparing {} ({} of {} measurements done)", bc.name, measured, measurements));
     case_data base = make_case(bc.prob);
     for (const std::string& mode : modes) {
       const bool zc = mode == "zero_copy";
@@ -467,6 +490,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
       if (zc) apply_zero_copy(c);
       const bench_bytes bytes = count_bytes(c.args);
       for (const std::string& v : variants) {
+        ++measured;
+        progress(fmt::format("measuring {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
         set_kernel_variant(v);
         timing t;
         try {
@@ -506,6 +531,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
     }
   }
   if (cpu_copy) {  // the copies again, after the op timings; the denominator is the best median
+    progress(fmt::format("measuring the copy reference ({} MiB, after the op timings)", o.copy_mb));
     cpu_copy->measure("after", o.budget_s);
     copy_gbps = cpu_copy->best_gbps;
     rows.clear();
@@ -530,7 +556,6 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   out << fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "case", "mode", "request",
                      "variant", "us/call", "MB", "floor_us", "GB/s", "%copy");
   for (const std::string& r : rows) out << r << "\n";
-  (void)err;
   return 0;
 }
 

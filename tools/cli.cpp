@@ -28,6 +28,7 @@
 #include "tools/fuzz_jobs.h"
 #include "harness/fuzz.h"
 #include "harness/golden_io.h"
+#include "harness/progress.h"
 
 namespace ropekv {
 
@@ -429,9 +430,9 @@ void write_json(const std::string& path, const nlohmann::json& j, const char* ar
   write_file_atomic(path, {text}, arg);
 }
 
-// A report file: a regular file of at most 64 MiB (read_report_file), JSON nested at most 64 deep.
+// A report file: a regular file of at most 64 MiB, JSON nested at most 64 deep.
 nlohmann::json read_json(const std::string& path) {
-  const std::string text = read_report_file(path);
+  const std::string text = read_small_file(path, static_cast<uint64_t>(max_report_bytes), "", report_file_messages());
   constexpr int max_depth = 64;
   const nlohmann::json::parser_callback_t not_too_deep = [&](int depth, nlohmann::json::parse_event_t,
                                                              nlohmann::json&) {
@@ -447,7 +448,10 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
+// The campaign's options from the command line, every option checked (the report paths too,
+// creating nothing): what both a campaign in this process (cmd_fuzz) and `fuzz --jobs` (before
+// any worker starts) go through, so that both refuse the same command lines with the same messages.
+fuzz_options fuzz_options_from(const fuzz_cli_opts& o) {
   fuzz_options f;
   std::vector<std::string> names = o.backends.empty()
                                        ? std::vector<std::string>{"ref", default_other_backend()}
@@ -491,18 +495,33 @@ int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
   f.pins = o.pin;
   if (!f.pins.empty()) check_pins(f.pins);
   f.isolate = o.isolate;
-  f = with_registry(f);
+  progress_interval_s();  // a malformed ROPEKV_PROGRESS_INTERVAL is an error before the campaign
+  return with_registry(f);
+}
+
+// Sets a flag for the lifetime of the object (clears it however the scope ends).
+class flag_scope {
+ public:
+  explicit flag_scope(volatile std::sig_atomic_t& flag) : flag_(flag) { flag_ = 1; }
+  ~flag_scope() { flag_ = 0; }
+  flag_scope(const flag_scope&) = delete;
+  flag_scope& operator=(const flag_scope&) = delete;
+
+ private:
+  volatile std::sig_atomic_t& flag_;
+};
+
+int cmd_fuzz(cli_state& st, const fuzz_cli_opts& o) {
+  fuzz_options f = fuzz_options_from(o);
   f.stop_requested = [] { return stop_signal != 0; };
-  stop_between_cases = 1;
   fuzz_summary s;
-  try {
-    s = run_fuzz(f, st.out, st.tty);
-  } catch (...) {
-    stop_between_cases = 0;
-    throw;
+  {
+    // a signal stops the campaign between two cases, and the report is still written; after
+    // that (or an error) a signal removes the temporary file and ends the process
+    const flag_scope stopping_between_cases(stop_between_cases);
+    s = run_fuzz(f, st.out, st.tty, &st.err);
+    if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
   }
-  if (!o.json.empty()) write_json(o.json, fuzz_report_json(f, s));
-  stop_between_cases = 0;
   if (s.interrupted) {
     const int sig = stop_signal;
     st.out << fmt::format("stopped by {}{}\n", signal_name(sig),
@@ -558,22 +577,7 @@ int cmd_fuzz_jobs(cli_state& st, const fuzz_cli_opts& o, const std::vector<std::
   if (!running_as_executable) {
     throw arg_error("--jobs", "the ropekv executable (the workers are copies of it)", "an in-process call");
   }
-  // what cmd_fuzz checks before its campaign, checked before any worker starts
-  std::vector<std::string> names = o.backends.empty() ? std::vector<std::string>{"ref", default_other_backend()}
-                                                      : split_list(o.backends, ',', "--backends");
-  if (names.size() != 2) throw arg_error("--backends", "two names A,B (e.g. ref,sim)", "'" + o.backends + "'");
-  for (const std::string& n : names) canonical_backend_name(n);
-  parse_fuzz_profile(o.profile);
-  memory_limit_of(o.max_memory);
-  make_compare_options(o.max_ulp, o.strict, o.bitwise, o.numerics, o.identify, "--max-ulp", "--numerics");
-  parse_duration_s(o.shrink_time, "--shrink-time");
-  if (!o.time.empty()) parse_duration_s(o.time, "--time");
-  if (!o.pin.empty()) check_pins(o.pin);
-  if (!o.json.empty()) {
-    check_writable_path(o.json, "--json");
-    check_new_output(o.json, o.force, "--json");
-  }
-  if (!o.dump.empty()) check_writable_folder(o.dump, "--dump");
+  fuzz_options_from(o);  // what cmd_fuzz checks before its campaign, checked before any worker starts
 
   const temp_folder folder("ropekv-jobs");
   const workers_run run = run_workers(without_options(args, {"--jobs", "--json"}), jobs, folder.path(), st.out, st.err);
@@ -848,6 +852,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--variant", fo.variant,
                    "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
                    "general); auto = the launch plan's choice")
+      ->check(non_empty)
       ->capture_default_str();
   fuzz->add_option("--pin", fo.pin,
                    "Keys every random case keeps, in repro syntax (e.g. 'dn=512 dr=64 cache=fp8_e4m3fn'): "
@@ -868,7 +873,8 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   bool merge_allow_interrupted = false, merge_force = false;
   auto* merge = report->add_subcommand("merge", "Combine shard reports of one campaign");
   merge->add_option("reports", merge_files, "Shard reports (fuzz --json): shards 0..N-1 of one campaign, each once")
-      ->required();
+      ->required()
+      ->check(non_empty);
   merge->add_option("--json", merge_json, "Write the merged report here")->check(non_empty);
   merge->add_flag("--force", merge_force, "--json may replace an existing file");
   merge->add_flag("--allow-interrupted", merge_allow_interrupted,
@@ -909,7 +915,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   std::string gc_file, gc_backend = "ref", gc_json;
   golden_cmp_opts gc_cmp;
   auto* gcheck = golden->add_subcommand("check", "Run a backend on a golden file's inputs and compare");
-  gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required();
+  gcheck->add_option("file", gc_file, "Golden file (.safetensors, or an npy folder)")->required()->check(non_empty);
   gcheck->add_option("--backend", gc_backend, "Backend to check")->capture_default_str();
   gc_cmp.add_to(gcheck);
   gcheck->add_option("--json", gc_json, "Write the case report as JSON")->check(non_empty);
@@ -917,10 +923,10 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   std::string gp_file, gp_got, gp_json;
   golden_cmp_opts gp_cmp;
   auto* gcompare = golden->add_subcommand("compare", "Compare your kernel's outputs with a golden file's");
-  gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required();
+  gcompare->add_option("file", gp_file, "Golden file (.safetensors, or an npy folder)")->required()->check(non_empty);
   gcompare->add_option("--got", gp_got,
                        "Your outputs: safetensors or npy folder with q_out, cache | ckv_cache kpe_cache "
-                       "(and q_pe / k_pe when in place)")->required();
+                       "(and q_pe / k_pe when in place)")->required()->check(non_empty);
   gp_cmp.add_to(gcompare);
   gcompare->add_option("--json", gp_json, "Write the case report as JSON")->check(non_empty);
   gcompare->footer(golden_footer);

@@ -15,31 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <optional>
 
 #include "core/error.h"
-#include "core/file_io.h"
 
 namespace ropekv {
-
-namespace {
-
-}  // namespace
-
-std::string read_report_file(const std::string& path, int64_t max_bytes) {
-  // core/file_io's input_file: regular files only (a FIFO refused without blocking), size first
-  std::optional<input_file> in;
-  try {
-    in.emplace(path);
-  } catch (const arg_error& e) {
-    throw arg_error(path, "a readable regular file (a fuzz report)", e.got());
-  }
-  if (in->size() > static_cast<uint64_t>(max_bytes))
-    throw arg_error(path, fmt::format("a report of at most {} bytes", max_bytes), fmt::format("{} bytes", in->size()));
-  std::string text(static_cast<size_t>(in->size()), '\0');
-  in->read_at(0, text.data(), in->size());
-  return text;
-}
 
 int64_t online_cpus() {
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,6 +1,5 @@
 // `ropekv fuzz --jobs N`: the campaign as N local worker processes, one shard each (the CLI's
-// cmd_fuzz_jobs merges their reports), and the bounded reader of report files that `report merge`
-// and the workers' reports go through.
+// cmd_fuzz_jobs merges their reports).
 #pragma once
 #include <cstdint>
 #include <ostream>
@@ -9,14 +8,9 @@
 
 namespace ropekv {
 
-// The largest report file read (`report merge` refuses a larger one unread).
+// The largest report file read (`report merge` refuses a larger one unread): report files are
+// read with core/file_io's read_small_file(path, max_report_bytes, "", report_file_messages()).
 constexpr int64_t max_report_bytes = int64_t{64} << 20;
-
-// The bytes of the report file `path`: a regular file of at most `max_bytes`, read in bounded
-// pieces. It is opened non-blocking and checked with fstat before any read, so a FIFO, a device
-// (/dev/zero) or a folder is refused without reading or blocking on it. arg_error naming the path
-// for those, for a missing or unreadable file, and for a larger file (with both sizes).
-std::string read_report_file(const std::string& path, int64_t max_bytes = max_report_bytes);
 
 // The processors online (at least 1): `--jobs` takes 1..4 times this.
 int64_t online_cpus();

@@ -316,6 +316,13 @@ TEST_CASE("fuzz --pin: every drawn problem keeps the pinned keys, the rest stays
   CHECK_THROWS_WITH_AS(check_pins("dn=x"), doctest::Contains("dn: expected a decimal integer"), arg_error);
   CHECK_THROWS_WITH_AS(check_pins("dn=8 dn=16"), doctest::Contains("twice"), arg_error);
   CHECK_THROWS_WITH_AS(check_pins("dn"), doctest::Contains("key=value"), arg_error);
+  // a value its key never takes (whatever the other keys): refused here, not a campaign of SKIPPED cases
+  CHECK_THROWS_WITH_AS(check_pins("h=0"), "h: expected 1 .. 65536, got 0", arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("dn=512 dr=7"), "dr: expected an even number, got 7", arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("cache=fp8_e4m3fn in=i64"), "in: expected one of f32, f16, bf16, got i64", arg_error);
+  CHECK_THROWS_WITH_AS(check_pins("q_scale=-1"), "q_scale: expected a finite value > 0, got -1", arg_error);
+  check_pins("layout=shuffled bs=8");  // together they suit no problem: surfaces as SKIPPED cases
+  check_pins("cache=u8");              // suits the drawn fp8_ds_mla problems
   check_pins("");
 }
 

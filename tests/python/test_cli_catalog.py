@@ -293,6 +293,147 @@ USAGE_CASES = [
                  ["--max-memory", "fits in 1.0 KiB"], id="--max-memory: golden write --random (no folder made)"),
     pytest.param(["bench", "--backend", "ref", "--case", "deepseek-v3:4096", "--max-memory", "100MiB"],
                  ["--max-memory", "fits in 100.0 MiB", "bench fewer tokens"], id="--max-memory: bench case"),
+    # integers of every subcommand: empty, out of range, hex, exponent, blanks, non-ASCII digits
+    pytest.param(["run", "--preset", "deepseek-v3", "--tokens", ""], ["--tokens", "decimal integer", "got ''"],
+                 id="run: empty token count"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--tokens", "16777217"], ["--tokens", "1..16777216", "'16777217'"],
+                 id="run: tokens 2^24 + 1"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--seed", "0x10"], ["--seed", "'0x10'"], id="run: seed in hex"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--seed", " 5"], ["--seed", "' 5'"], id="run: seed with a leading blank"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--tokens", "4 "], ["--tokens", "'4 '"], id="run: tokens with a trailing blank"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--tokens", "\uff15"], ["--tokens", "'\uff15'"],
+                 id="run: tokens as a fullwidth digit"),
+    pytest.param(["run", "--preset", "deepseek-v3", "--backend", ""], ["backend", "got ''"], id="run: empty backend"),
+    pytest.param(["golden", "write", "--preset", "deepseek-v3", "--tokens", "1e3", "--out", "{tmp}/g.safetensors"],
+                 ["--tokens", "'1e3'"], id="golden write: tokens with an exponent"),
+    pytest.param(["golden", "write", "--random", "0", "--out", "{tmp}/r"], ["--random", "1..1000000", "'0'"],
+                 id="golden write: --random 0"),
+    pytest.param(["golden", "write", "--random", "1000001", "--out", "{tmp}/r"], ["--random", "'1000001'"],
+                 id="golden write: --random beyond the bound"),
+    pytest.param(["golden", "write", "--random", "2", "--max-tokens", "4097", "--out", "{tmp}/r"],
+                 ["--max-tokens", "1..4096", "'4097'"], id="golden write: max-tokens 4097"),
+    pytest.param(["golden", "write", "--preset", "deepseek-v3", "--table-rows", "-1", "--out", "{tmp}/g.safetensors"],
+                 ["--table-rows", "'-1'"], id="golden write: table-rows -1"),
+    pytest.param(["golden", "write", "--preset", "deepseek-v3", "--seed", "18446744073709551616", "--out",
+                  "{tmp}/g.safetensors"], ["--seed", "'18446744073709551616'"], id="golden write: seed 2^64"),
+    pytest.param(["golden", "check", "{tmp}/missing.safetensors", "--max-ulp", "4294967297"],
+                 ["--max-ulp", "0..4294967296", "'4294967297'"], id="golden check: max-ulp 2^32 + 1"),
+    pytest.param(["golden", "compare", "{tmp}/missing.safetensors", "--got", "{tmp}/x", "--max-ulp", "1e3"],
+                 ["--max-ulp", "'1e3'"], id="golden compare: max-ulp with an exponent"),
+    pytest.param(["fuzz", "--cases", "1", "--max-failures", "1e3"], ["--max-failures", "'1e3'"],
+                 id="max-failures with an exponent"),
+    pytest.param(["fuzz", "--cases", "1", "--max-tokens", "0"], ["--max-tokens", "1..4096", "'0'"], id="max-tokens 0"),
+    pytest.param(["fuzz", "--cases", "1", "--max-ulp", "18446744073709551616"], ["--max-ulp", "'18446744073709551616'"],
+                 id="max-ulp 2^64"),
+    pytest.param(["fuzz", "--cases", " 5"], ["--cases", "' 5'"], id="cases with a leading blank"),
+    pytest.param(["fuzz", "--cases", "1099511627777"], ["--cases", "1..1099511627776", "'1099511627777'"],
+                 id="cases 2^40 + 1"),
+    pytest.param(["fuzz", "--cases", "1", "--seed", ""], ["--seed", "got ''"], id="empty seed"),
+    pytest.param(["fuzz", "--cases", "1", "--seed", "1.0"], ["--seed", "'1.0'"], id="seed 1.0"),
+    pytest.param(["fuzz", "--cases", "1", "--shrink-time", "0"], ["--shrink-time", "positive duration", "'0'"],
+                 id="shrink-time zero"),
+    pytest.param(["fuzz", "--cases", "1", "--shrink-time", "nan"], ["--shrink-time", "'nan'"], id="shrink-time NaN"),
+    pytest.param(["fuzz", "--cases", "1", "--time", "1e-400"], ["--time", "'1e-400'"], id="time 1e-400 (underflows to 0)"),
+    pytest.param(["fuzz", "--cases", "1", "--time", "5 m"], ["--time", "'5 m'"], id="time with a blank before the unit"),
+    pytest.param(["bench", "--backend", "ref", "--calls-per-graph", "0"], ["--calls-per-graph", "1..1000", "'0'"],
+                 id="bench: calls-per-graph 0"),
+    pytest.param(["bench", "--backend", "ref", "--threads", "0"], ["--threads", "1..1024", "'0'"], id="bench: threads 0"),
+    pytest.param(["bench", "--backend", "ref", "--copy-mb", ""], ["--copy-mb", "got ''"], id="bench: empty copy-mb"),
+    pytest.param(["bench", "--backend", "ref", "--decode", "18446744073709551616"], ["--decode", "'18446744073709551616'"],
+                 id="bench: decode 2^64"),
+    pytest.param(["bench", "--backend", "ref", "--budget", ""], ["--budget", "number of seconds", "got ''"],
+                 id="bench: empty budget (was read as 0)"),
+    pytest.param(["bench", "--backend", "ref", "--budget", "abc"], ["--budget", "number of seconds", "got 'abc'"],
+                 id="bench: budget not a number"),
+    # --shard forms
+    pytest.param(["fuzz", "--cases", "1", "--shard", "4/4"], ["--shard", "4/4"], id="shard K = N"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "-1/4"], ["--shard", "'-1/4'"], id="shard K negative"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "1/4/2"], ["--shard", "'1/4/2'"], id="shard with two slashes"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "/4"], ["--shard", "'/4'"], id="shard without K"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "1/"], ["--shard", "'1/'"], id="shard without N"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", "0x1/4"], ["--shard", "'0x1/4'"], id="shard K in hex"),
+    pytest.param(["fuzz", "--cases", "1", "--shard", ""], ["--shard", "non-empty"], id="empty shard"),
+    # --pin: keys, values, repeats; a value its key never takes is refused before the campaign
+    pytest.param(["fuzz", "--cases", "1", "--pin", "foo=1"], ["--pin", "foo"], id="pin: unknown key"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "h=2 h=4"], ["--pin", "each key once", "'h' twice"],
+                 id="pin: a key twice"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "h"], ["--pin", "key=value", "'h'"], id="pin: a key without ="),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "h=0"], ["h", "1 .. 65536", "got 0"],
+                 id="pin: h=0 (every case would be skipped)"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "dr=7"], ["dr", "an even number", "got 7"], id="pin: odd dr"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "in=i32"], ["in", "one of f32, f16, bf16", "got i32"],
+                 id="pin: an index dtype as input dtype"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "k_scale=0"], ["k_scale", "finite value > 0", "got 0"],
+                 id="pin: k_scale 0"),
+    pytest.param(["fuzz", "--cases", "1", "--pin", "rope_table=nope"], ["rope_table", "random, deepseek-v3", "got nope"],
+                 id="pin: unknown rope table"),
+    pytest.param(["golden", "write", "--random", "2", "--pin", "tq=-1", "--out", "{tmp}/r"], ["tq", "0 .. 16777216", "got -1"],
+                 id="golden write: pin tq=-1"),
+    # --repro: values and constraints
+    pytest.param(["fuzz", "--repro", "kh=3 h=4"], ["kh", "a divisor of h = 4", "got 3"], id="repro: kh not dividing h"),
+    pytest.param(["fuzz", "--repro", "seed=18446744073709551616"], ["seed", "'18446744073709551616'"], id="repro: seed 2^64"),
+    pytest.param(["fuzz", "--repro", "tq=0x2"], ["tq", "decimal integer", "'0x2'"], id="repro: tq in hex"),
+    pytest.param(["fuzz", "--repro", "=5"], ["repro", "key=value", "'=5'"], id="repro: a value without a key"),
+    pytest.param(["fuzz", "--repro", "nb=1 bs=1 ts=3 tk=3 tq=2"], ["nb", "nb * bs >= 3", "1 * 1 = 1"],
+                 id="repro: a cache smaller than the slots"),
+    pytest.param(["fuzz", "--repro", "layout=fp8_ds_mla cache=u8 dn=512 dr=32"], ["dr", "64", "got 32"],
+                 id="repro: fp8_ds_mla Dr"),
+    pytest.param(["fuzz", "--repro", "pad_slots=4 ts=3 tk=3 tq=2"], ["pad_slots", "0 .. 3", "got 4"],
+                 id="repro: more padding slots than slots"),
+    pytest.param(["fuzz", "--repro", "amp=nan"], ["amp", "finite value > 0", "nan"], id="repro: amplitude NaN"),
+    pytest.param(["fuzz", "--repro", "inplace_q=2"], ["inplace_q", "0 or 1", "'2'"], id="repro: flag 2"),
+    # --backends, --variant, named choices
+    pytest.param(["fuzz", "--cases", "1", "--backends", "ref,sim,ref"], ["--backends", "two names", "'ref,sim,ref'"],
+                 id="backends: three names"),
+    pytest.param(["fuzz", "--cases", "1", "--backends", ",ref"], ["--backends", "non-empty items", "',ref'"],
+                 id="backends: empty first name"),
+    pytest.param(["fuzz", "--cases", "1", "--backends", "ref, sim"], ["backend", "got ' sim'"],
+                 id="backends: a blank after the comma"),
+    pytest.param(["fuzz", "--cases", "1", "--backends", "REF,sim"], ["backend", "got 'REF'"], id="backends: upper case"),
+    pytest.param(["fuzz", "--cases", "1", "--variant", ""], ["--variant", "non-empty", "''"],
+                 id="fuzz: empty variant (was read as auto)"),
+    pytest.param(["fuzz", "--cases", "1", "--variant", "qp=2"], ["--variant", "qp=0|1", "got qp=2"], id="fuzz: variant qp=2"),
+    pytest.param(["fuzz", "--cases", "1", "--numerics", ""], ["--numerics", "fp32, operand-products", "got ''"],
+                 id="fuzz: empty numerics"),
+    pytest.param(["fuzz", "--cases", "1", "--profile", ""], ["--profile", "any, aligned16", "got ''"], id="fuzz: empty profile"),
+    pytest.param(["bench", "--backend", "ref", "--case", ""], ["--case", "PRESET:TOKENS", "got ''"], id="bench: empty case"),
+    pytest.param(["bench", "--backend", "ref", "--case", "deepseek-v3:0"], ["--case", "TOKENS", "'0'"],
+                 id="bench: case of 0 tokens"),
+    pytest.param(["bench", "--backend", "ref", "--case", ":4"], ["preset", "got ''"], id="bench: case without a preset"),
+    pytest.param(["bench", "--backend", "ref", "--cache", "u8"], ["--cache", "float dtype", "u8"], id="bench: u8 cache"),
+    pytest.param(["bench", "--backend", "ref", "--scales", "device"], ["--scales", "host|tensor", "'device'"],
+                 id="bench: unknown scales"),
+    pytest.param(["bench", "--backend", "ref", "--mode", "fast"], ["--mode", "copy or zero_copy", "fast"],
+                 id="bench: unknown mode"),
+    pytest.param(["bench", "--backend", "ref", "--cold"], ["--cold", "the hip backend", "ref"], id="bench: --cold on ref"),
+    # paths: empty, folders, missing folders, files where folders belong
+    pytest.param(["golden", "check", ""], ["file", "non-empty", "''"], id="golden check: empty file name"),
+    pytest.param(["golden", "compare", "{tmp}/missing.safetensors", "--got", ""], ["--got", "non-empty", "''"],
+                 id="golden compare: empty --got"),
+    pytest.param(["report", "merge", ""], ["reports", "non-empty", "''"], id="report merge: empty file name"),
+    pytest.param(["report", "merge", "/dev/null"], ["/dev/null", "regular file", "a character device"],
+                 id="report merge: /dev/null"),
+    pytest.param(["report", "merge", "{tmp}/existing", "--json", "{tmp}"], ["--json", "a directory"],
+                 id="report merge: --json is a folder"),
+    pytest.param(["golden", "compare", "{tmp}/missing.safetensors", "--got", "{tmp}/x", "--json", "{tmp}"],
+                 ["--json", "a directory"], id="golden compare: --json is a folder"),
+    pytest.param(["golden", "check", "{tmp}/missing.safetensors", "--json", "{tmp}/no/such/r.json"],
+                 ["--json", "existing folder"], id="golden check: report in a missing folder"),
+    pytest.param(["bench", "--backend", "ref", "--json", "{tmp}"], ["--json", "a directory"], id="bench: --json is a folder"),
+    pytest.param(["fuzz", "--cases", "1", "--dump", "{tmp}/no/such/dump"], ["--dump", "can be created", "no folder"],
+                 id="dump folder under a missing folder"),
+    pytest.param(["fuzz", "--cases", "1", "--dump", "{tmp}/existing"], ["--dump", "expected a folder", "not a folder"],
+                 id="dump folder is a file"),
+    pytest.param(["fuzz", "--cases", "1", "--json", "{tmp}/folder/old.npy"], ["--json", "--force", "existing file"],
+                 id="report onto an existing file in a folder"),
+    # fuzz --jobs: every option checked before a worker starts
+    pytest.param(["fuzz", "--cases", "4", "--jobs", ""], ["--jobs", "non-empty"], id="fuzz --jobs empty"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--pin", "foo=1"], ["--pin", "foo"],
+                 id="fuzz --jobs: unknown pin key (no worker starts)"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--dump", "/dev/null"], ["--dump", "expected a folder"],
+                 id="fuzz --jobs: dump folder is not a folder"),
+    pytest.param(["fuzz", "--cases", "4", "--jobs", "2", "--max-tokens", "5000"], ["--max-tokens", "'5000'"],
+                 id="fuzz --jobs: max-tokens beyond the bound"),
 ]
 
 
@@ -343,6 +484,113 @@ def test_unreadable_golden_file(ropekv_bin, golden_files, name, fragments):
     check_one_error_line(r, [str(path), *fragments])
     if before is not None:
         assert path.read_bytes() == before, "golden check modified its input"
+
+
+# ---------------------------------------------------------------------------- npy golden folders
+# A golden case written with --format npy (a folder of NAME.npy plus meta.json), then copies of it
+# with one hostile thing each; `golden check FOLDER` must refuse each, naming the file, without
+# blocking on a FIFO or reading a device, and leave the folder as it was.
+
+def npy_with_header(data, header):
+    """An .npy 1.0 file of `data` (the original's bytes after its header) under a new header dict."""
+    text = header.encode("latin1")
+    pad = (64 - (10 + len(text) + 1) % 64) % 64
+    text += b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data
+
+
+@pytest.fixture(scope="module")
+def npy_folders(ropekv_bin, tmp_path_factory):
+    """A valid npy golden folder and damaged copies of it, by name."""
+    import shutil
+    d = tmp_path_factory.mktemp("npy_catalog")
+    good = d / "good"
+    r = run_cli(ropekv_bin, ["golden", "write", "--repro", SMALL_REPRO, "--format", "npy", "--out", str(good)])
+    assert r.returncode == 0, r.stderr
+    raw = (good / "q_nope.npy").read_bytes()
+    (hlen,) = struct.unpack("<H", raw[8:10])
+    header, data = raw[10:10 + hlen].decode("latin1").strip(), raw[10 + hlen:]
+    assert "'descr': '<u2'" in header, header  # bf16 as uint16 bits
+    folders = {"good": good}
+
+    def copy(name, edit):
+        f = d / name
+        shutil.copytree(good, f, symlinks=True)
+        edit(f)
+        folders[name] = f
+
+    def put(tensor, content):
+        return lambda f: (f / f"{tensor}.npy").write_bytes(content)
+
+    def replace_with(tensor, make):
+        def apply(f):
+            (f / f"{tensor}.npy").unlink()
+            make(f / f"{tensor}.npy")
+        return apply
+
+    copy("missing_tensor", lambda f: (f / "kv_c.npy").unlink())
+    copy("wrong_dtype", put("q_nope", npy_with_header(data, header.replace("'<u2'", "'<i2'"))))
+    copy("wrong_element_size", put("q_nope", npy_with_header(data, header.replace("'<u2'", "'<f4'"))))
+    copy("truncated_data", put("q_nope", raw[:-3]))
+    copy("truncated_header", put("q_nope", raw[:12]))
+    copy("bad_magic", put("q_nope", b"\x93NUMPZ" + raw[6:]))
+    copy("version_4", put("q_nope", raw[:6] + b"\x04\x00" + raw[8:]))
+    copy("fortran_order", put("q_nope", npy_with_header(data, header.replace("False", "True"))))
+    copy("shape_too_large", put("q_nope", npy_with_header(data, header.replace("'shape': (", "'shape': (2, "))))
+    copy("header_not_a_dict", put("q_nope", npy_with_header(data, "[1, 2, 3]")))
+    copy("symlink_to_dev_zero", replace_with("q_nope", lambda p: p.symlink_to("/dev/zero")))
+    copy("fifo_tensor", replace_with("q_nope", os.mkfifo))
+    copy("folder_tensor", replace_with("q_nope", lambda p: p.mkdir()))
+    copy("meta_fifo", lambda f: ((f / "meta.json").unlink(), os.mkfifo(f / "meta.json")))
+    copy("meta_not_json", lambda f: (f / "meta.json").write_text("{not json"))
+    copy("meta_an_array", lambda f: (f / "meta.json").write_text("[1, 2]"))
+    copy("unknown_tensor", put("q_nope_extra", raw))
+    return folders
+
+
+def folder_state(folder):
+    return sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+                  for p in folder.iterdir())
+
+
+# (name of the folder in npy_folders, fragments besides its path)
+NPY_CASES = [
+    pytest.param("missing_tensor", ["tensor kv_c", "present or derived", "got missing"], id="npy: a tensor file missing"),
+    pytest.param("wrong_dtype", ["q_nope.npy", "expected <u2 (for bf16)", "got <i2"], id="npy: another dtype of the same size"),
+    pytest.param("wrong_element_size", ["q_nope.npy", "256 bytes", "of <f4", "got 128 bytes"],
+                 id="npy: a dtype of another size"),
+    pytest.param("truncated_data", ["q_nope.npy", "expected 128 bytes", "got 125 bytes (truncated)"],
+                 id="npy: truncated data"),
+    pytest.param("truncated_header", ["q_nope.npy", "header length", "(truncated)"], id="npy: truncated header"),
+    pytest.param("bad_magic", ["q_nope.npy", "magic", "got other bytes"], id="npy: bad magic"),
+    pytest.param("version_4", ["q_nope.npy", "version", "got 4.0"], id="npy: format version 4.0"),
+    pytest.param("fortran_order", ["q_nope.npy", "fortran_order", "got True"], id="npy: Fortran order"),
+    pytest.param("shape_too_large", ["q_nope.npy", "shape [2,2,2,16]", "got 128 bytes"],
+                 id="npy: a shape larger than the data"),
+    pytest.param("header_not_a_dict", ["q_nope.npy", "header", "expected '{'"], id="npy: header not a dict"),
+    pytest.param("symlink_to_dev_zero", ["q_nope.npy", "a regular file", "a character device"],
+                 id="npy: a tensor that links to /dev/zero"),
+    pytest.param("fifo_tensor", ["q_nope.npy", "a regular file", "a FIFO"], id="npy: a FIFO named like a tensor (no blocking)"),
+    pytest.param("folder_tensor", ["q_nope.npy", "a regular file", "a directory"], id="npy: a folder named like a tensor"),
+    pytest.param("meta_fifo", ["meta.json", "a regular file", "a FIFO"], id="npy: meta.json a FIFO (no blocking)"),
+    pytest.param("meta_not_json", ["meta.json", "a JSON object", "not JSON"], id="npy: meta.json not JSON"),
+    pytest.param("meta_an_array", ["meta.json", "a JSON object", "got a JSON array"], id="npy: meta.json an array"),
+    pytest.param("unknown_tensor", ["q_nope_extra", "dtype", "got none"], id="npy: an extra tensor file"),
+]
+
+
+@pytest.mark.parametrize("name,fragments", NPY_CASES)
+def test_unreadable_npy_golden_folder(ropekv_bin, npy_folders, name, fragments):
+    folder = npy_folders[name]
+    before = folder_state(folder)
+    r = run_cli(ropekv_bin, ["golden", "check", str(folder)], timeout=20)
+    check_one_error_line(r, [str(folder), *fragments])
+    assert folder_state(folder) == before, "golden check modified its input"
+
+
+def test_the_valid_npy_folder_passes(ropekv_bin, npy_folders):
+    r = run_cli(ropekv_bin, ["golden", "check", str(npy_folders["good"])])
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_a_report_that_cannot_be_written_is_an_error(ropekv_bin, tmp_path):
