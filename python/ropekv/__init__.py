@@ -169,14 +169,17 @@ class Case:
     poisoned (never zeros), guard bytes around every buffer. `tensors` holds numpy views by
     their golden-file names, with the strides and padding the problem asks for."""
 
-    def __init__(self, data):
+    def __init__(self, data, initial=None):
         self._data = data
+        # the state before any call when it is not make_case's (a golden file written from your
+        # own inputs); None: make_case of the problem rebuilds it
+        self._initial = initial
         self.problem = Problem(data.repro)
         self._regions = data.regions()
         self.tensors: Dict[str, _np.ndarray] = _views(self._regions, data.tensor_specs())
 
     def clone(self) -> "Case":
-        return Case(self._data.clone())
+        return Case(self._data.clone(), self._initial)
 
     def to_torch(self, device: Any = "cpu") -> Dict[str, Any]:
         """The tensors as torch tensors on `device`: same shapes, strides and sharing (kv_c and
@@ -199,8 +202,11 @@ def _outputs_of(case: Case) -> Dict[str, _np.ndarray]:
 
 
 def _pristine(case: Case) -> Case:
-    """The case as make_case built it (deterministic from the problem), whatever a kernel has
-    written into case.tensors since."""
+    """The case before any call, whatever a kernel has written into case.tensors since: as
+    make_case built it (deterministic from the problem), or, for a golden file's case, as the
+    file holds it (its inputs may be yours, not make_case's)."""
+    if case._initial is not None:
+        return Case(case._initial.clone(), case._initial)
     return Case(_c.make_case(str(case.problem)))
 
 

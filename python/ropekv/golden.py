@@ -26,7 +26,7 @@ class Golden:
         self._initial = initial.clone()  # untouched by a kernel run in place on case.tensors
         self._expected = expected
         self._path = path
-        self.case = Case(initial)
+        self.case = Case(initial, self._initial)  # ropekv.compare / reference start from the file's state
         self.problem: Problem = self.case.problem
         self.metadata = dict(metadata)
         exp = Case(expected)
