@@ -44,6 +44,10 @@ inline thread_local rk_dim3 gridDim;
 #define ROPEKV_FMAF(a, b, c) std::fmaf((a), (b), (c))
 #define ROPEKV_DMUL_RN(a, b) ((double)(a) * (double)(b))
 #define ROPEKV_DDIV_RN(a, b) ((double)(a) / (double)(b))
+#define ROPEKV_DFMA_RN(a, b, c) std::fma((double)(a), (double)(b), (double)(c))
+// An approximate fp32 reciprocal (the GPUs' one-instruction, 1-ulp reciprocal): the correctly
+// rounded one here. Only for code whose result does not depend on which approximation it gets.
+#define ROPEKV_FRCP_APPROX(a) (1.0f / (float)(a))
 
 // Vector accesses of 4, 8 or 16 bytes. A GPU faults (or silently misbehaves) on a misaligned
 // vector access; the sim aborts loudly instead, so alignment logic is tested on the CPU.
@@ -133,6 +137,19 @@ inline void rk_pdl_trigger() {}
 #define ROPEKV_FMAF(a, b, c) __fmaf_rn((a), (b), (c))
 #define ROPEKV_DMUL_RN(a, b) __dmul_rn((a), (b))
 #define ROPEKV_DDIV_RN(a, b) __ddiv_rn((a), (b))
+#define ROPEKV_DFMA_RN(a, b, c) __fma_rn((double)(a), (double)(b), (double)(c))
+// An approximate fp32 reciprocal, max error 1 ulp for a normal input (CUDA rcp.approx.ftz.f32,
+// AMD v_rcp_f32). Only for code whose result does not depend on which approximation it gets.
+#if defined(__CUDACC__) && !defined(__HIP__)
+__device__ __forceinline__ float rk_frcp_approx(float a) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+#else
+__device__ __forceinline__ float rk_frcp_approx(float a) { return __builtin_amdgcn_rcpf(a); }
+#endif
+#define ROPEKV_FRCP_APPROX(a) rk_frcp_approx((float)(a))
 
 __device__ __forceinline__ void rk_load_words(const void* p, int bytes, uint32_t* w) {
   if (bytes == 16) {
@@ -249,5 +266,17 @@ ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
   float v;
   __builtin_memcpy(&v, &b, 4);
   return v;
+#endif
+}
+
+// The halfword-wise unsigned maximum of two words (bits 0-15 and 16-31 compared separately):
+// one instruction on CUDA (__vmaxu2, sm_90: a 16x2 integer max), two selects elsewhere.
+ROPEKV_HOST_DEVICE uint32_t rk_max_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const uint32_t lo = (a & 0xffffu) > (b & 0xffffu) ? (a & 0xffffu) : (b & 0xffffu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
 #endif
 }

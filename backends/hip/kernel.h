@@ -587,8 +587,13 @@ ROPEKV_HOST_DEVICE float rk_pow2_at_least(float s) {
 
 // A tile's scale from its amax (core/SPEC.md "The fp8_ds_mla layout"): fp32(amax / 448), then
 // pow2: the smallest power of two >= max(s, fp32(1e-4)); else max(s, FLT_MIN).
+// fp32(amax / 448) without a division: fp32(double(amax) * d), d = the double nearest 1 / 448.
+// The product is within 2^-52 (relative) of amax / 448, while amax / 448 = (amax / 64) / 7 is
+// never within 2^-28 of an fp32 rounding midpoint in the normal range (a quotient by 7 repeats a
+// 3-bit pattern that is never 1000...), so both round to the same fp32. Below FLT_MIN the two may
+// differ, and the clamps below give FLT_MIN (or 2^-13) either way.
 ROPEKV_DEVICE float rk_ds_tile_scale(float amax, int32_t pow2) {
-  const float s = ROPEKV_FDIV_RN(amax, 448.0f);
+  const float s = static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(amax), 1.0 / 448.0));
   if (pow2) return rk_pow2_at_least(s > 1e-4f ? s : 1e-4f);
   return s > 1.17549435e-38f ? s : 1.17549435e-38f;  // FLT_MIN
 }
@@ -612,6 +617,28 @@ ROPEKV_DEVICE float rk_ds_quotient(float x, float q) {
 ROPEKV_DEVICE float rk_div_by_tile_scale(float x, double inv_d) {
   const float q = static_cast<float>(ROPEKV_DMUL_RN(static_cast<double>(x), inv_d));
   return x != x ? x : q;
+}
+
+// The inv_d that rk_div_by_tile_scale's proof needs, within 2^-51 (relative) of 1 / s, without a
+// double division, from r0, any fp32 with |1 - s r0| <= 2^-21 (the hardware reciprocal: 1 ulp,
+// 2^-23): e = 1 - s r0 is exact in double (s, r0: 24-bit significands, s r0 fits in 48 bits),
+// 1 / s = r0 / (1 - e) = r0 (1 + e + e^2 + e^3 / (1 - e)), so r0 + r0 (e + e^2) is within
+// |e|^3 + 2^-73 of it before its own rounding (2^-53): 2^-52.99 in all. For a finite s >= FLT_MIN.
+ROPEKV_DEVICE double rk_refine_inverse(float s, float r0) {
+  const double sd = static_cast<double>(s), rd = static_cast<double>(r0);
+  const double e = ROPEKV_DFMA_RN(-sd, rd, 1.0);
+  const double t = ROPEKV_DFMA_RN(e, e, e);
+  return ROPEKV_DFMA_RN(rd, t, rd);
+}
+// rk_div_by_tile_scale's inv_d for a tile scale s (finite >= FLT_MIN, or inf: 0).
+ROPEKV_DEVICE double rk_tile_scale_inverse(float s) {
+  return s > 3.40282347e38f ? 0.0 : rk_refine_inverse(s, ROPEKV_FRCP_APPROX(s));
+}
+// 1 / s for a positive power of two s or inf (the pow2 tile scales: 2^-13 .. inf), exact: for
+// -126 <= k <= 126 the exponent mirrored (2^k -> 2^-k); the rest by the division.
+ROPEKV_DEVICE float rk_pow2_inverse(float s) {
+  const uint32_t bits = rk_f32_bits(s);
+  return bits - 0x00800000u < 0x7e800000u ? rk_bits_f32(0x7f000000u - bits) : ROPEKV_FDIV_RN(1.0f, s);
 }
 
 // Token t's fp8_ds_mla entry: units 0..3 are the nope tiles (each thread reduces its tile's
@@ -1400,39 +1427,34 @@ ROPEKV_DEVICE uint32_t rk_amax_bits16x8(const uint32_t* w, uint32_t inf, uint32_
   }
   return m;
 }
-ROPEKV_DEVICE uint32_t rk_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
-// One level of two max trees: a[c] = max(a[c], a[c + S]) for c < S, and so b.
+// One level of a max tree over halfword pairs: a[c] = max(a[c], a[c + S]) per halfword, c < S.
 template <int S>
-ROPEKV_DEVICE void rk_max_fold(uint32_t* a, uint32_t* b) {
+ROPEKV_DEVICE void rk_max_fold(uint32_t* a) {
   ROPEKV_UNROLL
-  for (int c = 0; c < S; ++c) {
-    a[c] = rk_max_u32(a[c], a[c + S]);
-    b[c] = rk_max_u32(b[c], b[c + S]);
-  }
+  for (int c = 0; c < S; ++c) a[c] = rk_max_u16x2(a[c], a[c + S]);
 }
-// A tile's amax bits (NaN skipped) from its 16 chunks: the maxima of the low halves and of the
-// high halves (sign bits cleared; a word's high magnitude decides its order) as two trees of
-// depth 6 rather than one chain of 128 dependent selects. All 16 chunk loads are in flight at
-// once (one round trip) and each chunk folds into two words as it arrives, so no chunk stays
-// live past its fold. A tile holding a NaN (a maximum above `inf`) reads its chunks again (L1)
-// and takes the chain, which skips NaNs.
+// A tile's amax bits (NaN skipped) from its 16 chunks: each value's magnitude bits (sign
+// cleared) folded halfword-wise into one word per chunk as it arrives, then a tree of depth 4
+// over the 16 words and the larger half, rather than one chain of 128 dependent selects. All 16
+// chunk loads are in flight at once (one round trip) and no chunk stays live past its fold. A
+// tile holding a NaN (a maximum above `inf`) reads its chunks again (L1) and takes the chain,
+// which skips NaNs.
 ROPEKV_DEVICE uint32_t rk_ds_tile_amax_bits(const char* tile, uint32_t inf) {
-  uint32_t lo[16], hi[16];
+  uint32_t mx[16];
   ROPEKV_UNROLL
   for (int c = 0; c < 16; ++c) {
     uint32_t w[4];
     rk_load_words(tile + c * 16, 16, w);
-    lo[c] = rk_max_u32(rk_max_u32(w[0] & 0x7fffu, w[1] & 0x7fffu), rk_max_u32(w[2] & 0x7fffu, w[3] & 0x7fffu));
-    hi[c] = rk_max_u32(rk_max_u32(w[0] & 0x7fffffffu, w[1] & 0x7fffffffu),
-                       rk_max_u32(w[2] & 0x7fffffffu, w[3] & 0x7fffffffu));
+    mx[c] = rk_max_u16x2(rk_max_u16x2(w[0] & 0x7fff7fffu, w[1] & 0x7fff7fffu),
+                         rk_max_u16x2(w[2] & 0x7fff7fffu, w[3] & 0x7fff7fffu));
   }
   // the tree's levels written out: a loop over s = 8, 4, 2, 1 is not unrolled by nvcc, which
-  // then keeps lo and hi in local memory
-  rk_max_fold<8>(lo, hi);
-  rk_max_fold<4>(lo, hi);
-  rk_max_fold<2>(lo, hi);
-  rk_max_fold<1>(lo, hi);
-  const uint32_t m = rk_max_u32(lo[0], hi[0] >> 16);
+  // then keeps the words in local memory
+  rk_max_fold<8>(mx);
+  rk_max_fold<4>(mx);
+  rk_max_fold<2>(mx);
+  rk_max_fold<1>(mx);
+  const uint32_t m = rk_max_u16x2(mx[0], mx[0] >> 16) & 0xffffu;
   if (m <= inf) return m;
   uint32_t r = 0u;
   for (int c = 0; c < 16; ++c) {
@@ -1441,6 +1463,11 @@ ROPEKV_DEVICE uint32_t rk_ds_tile_amax_bits(const char* tile, uint32_t inf) {
     r = rk_amax_bits16x8(w, inf, r);
   }
   return r;
+}
+// The 16 values of a lane's two 16-byte chunks of 16-bit kt values, in order.
+ROPEKV_DEVICE void rk_ds_decode16(int32_t kt, const uint32_t (*w)[4], float* v) {
+  ROPEKV_UNROLL
+  for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (w[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
 }
 template <class S, int D>
 ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
@@ -1487,16 +1514,15 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
   const float scale = rk_ds_tile_scale(rk_decode(kt, m), p.ds_pow2);
   float v[16];
-  ROPEKV_UNROLL
-  for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
+  rk_ds_decode16(kt, own, v);
   if (p.ds_pow2) {
     // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact); a NaN
     // input keeps its sign (a GPU multiply would canonicalise it)
-    const float inv = ROPEKV_FDIV_RN(1.0f, scale);
+    const float inv = rk_pow2_inverse(scale);
     ROPEKV_UNROLL
     for (int i = 0; i < 16; ++i) v[i] = v[i] != v[i] ? v[i] : ROPEKV_FMUL_RN(v[i], inv);
   } else {
-    const double inv_d = ROPEKV_DDIV_RN(1.0, static_cast<double>(scale));
+    const double inv_d = rk_tile_scale_inverse(scale);
     ROPEKV_UNROLL
     for (int i = 0; i < 16; ++i) v[i] = rk_div_by_tile_scale(v[i], inv_d);
   }
@@ -1505,11 +1531,10 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
     // the common path keeps no input word live past its conversion
     rk_load_words(kv_row + lane * 32, 16, own[0]);
     rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
+    float x[16];
+    rk_ds_decode16(kt, own, x);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) {
-      const float x = rk_decode(kt, (own[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
-      v[i] = rk_ds_quotient(x, v[i]);
-    }
+    for (int i = 0; i < 16; ++i) v[i] = rk_ds_quotient(x[i], v[i]);
   }
   char* entry = p.cache.entry(p.cache.nope, slot);
   uint32_t o[4];

@@ -6,6 +6,7 @@
 #define ROPEKV_SIM 1
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -155,19 +156,137 @@ TEST_CASE("rk_div_by_tile_scale: the double product gives the fp32 division's qu
     scales.push_back(bits_f((exp << 23) | (static_cast<uint32_t>(rng.next_u64()) & 0x7fffffu)));
   }
   int64_t values = 0, quotient_bad = 0, code_bad = 0;
+  // inv_d as the kernel computes it (rk_tile_scale_inverse: a refined fp32 reciprocal, here the
+  // correctly rounded one) and from fp32 reciprocals 3 ulps off either way (the GPUs' approximate
+  // reciprocal is within 1 ulp): every one gives the division's quotient
+  int64_t inverses = 0;
   for (const int32_t t : {rk_bf16, rk_f16}) {
-    for (const float scale : scales) {
-      const double inv_d = 1.0 / static_cast<double>(scale);
-      for (uint32_t code = 0; code < 65536u; ++code) {
-        const float x = rk_decode(t, code);
-        const float want = x / scale, got = rk_div_by_tile_scale(x, inv_d);
-        ++values;
-        if (std::fabs(want) >= 1.17549435e-38f && std::memcmp(&want, &got, 4) != 0) ++quotient_bad;
-        if (rk_encode(rk_e4m3fn, want) != rk_encode(rk_e4m3fn, got)) ++code_bad;
+    for (size_t k = 0; k < scales.size(); ++k) {
+      const float scale = scales[k];
+      std::vector<double> inverses_d = {rk_tile_scale_inverse(scale)};
+      if (k % 4 == 0 && scale < 3.40282347e38f) {
+        for (const int ulps : {-3, 3}) {
+          uint32_t r0 = 0;
+          const float rn = 1.0f / scale;
+          std::memcpy(&r0, &rn, 4);
+          inverses_d.push_back(rk_refine_inverse(scale, bits_f(r0 + static_cast<uint32_t>(ulps))));
+        }
+      }
+      for (const double inv_d : inverses_d) {
+        ++inverses;
+        for (uint32_t code = 0; code < 65536u; ++code) {
+          const float x = rk_decode(t, code);
+          const float want = x / scale, got = rk_div_by_tile_scale(x, inv_d);
+          ++values;
+          if (std::fabs(want) >= 1.17549435e-38f && std::memcmp(&want, &got, 4) != 0) ++quotient_bad;
+          if (rk_encode(rk_e4m3fn, want) != rk_encode(rk_e4m3fn, got)) ++code_bad;
+        }
       }
     }
   }
-  CHECK(values == 2 * 65536 * static_cast<int64_t>(scales.size()));
+  CHECK(inverses > 2 * static_cast<int64_t>(scales.size()));
+  CHECK(values == 65536 * inverses);
   CHECK(quotient_bad == 0);
   CHECK(code_bad == 0);
+}
+
+// rk_refine_inverse: from any fp32 r0 within 2^-21 of 1 / s (8 ulps and less either way), the
+// double is within 2^-51 of 1 / s (measured in long double: 64-bit significands), as
+// rk_div_by_tile_scale's proof needs; the correctly rounded fp32 reciprocal alone is not.
+TEST_CASE("rk_refine_inverse: a double 1 / s within 2^-51 from an fp32 reciprocal 8 ulps off") {
+  static_assert(std::numeric_limits<long double>::digits >= 64, "the check needs x87 long double");
+  ropekv::rng_stream rng{7, 12};
+  const long double bound = std::ldexp(1.0L, -51);
+  long double worst = 0.0L, unrefined = 0.0L;
+  int64_t checked = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t exp = 1u + static_cast<uint32_t>(rng.next_u64() % 253u);  // s in [2^-126, 2^127)
+    const float s = bits_f((exp << 23) | (static_cast<uint32_t>(rng.next_u64()) & 0x7fffffu));
+    const float rn = 1.0f / s;
+    uint32_t r0 = 0;
+    std::memcpy(&r0, &rn, 4);
+    for (int ulps = -8; ulps <= 8; ++ulps) {
+      const float r = bits_f(r0 + static_cast<uint32_t>(ulps));
+      if (std::fabs(1.0L - static_cast<long double>(s) * r) > std::ldexp(1.0L, -21)) continue;
+      const long double err = std::fabs(static_cast<long double>(rk_refine_inverse(s, r)) * s - 1.0L);
+      worst = err > worst ? err : worst;
+      if (ulps == 0) unrefined = std::fmax(unrefined, std::fabs(static_cast<long double>(rn) * s - 1.0L));
+      ++checked;
+    }
+  }
+  CHECK(checked > 20000 * 10);
+  CHECK(worst <= bound);
+  CHECK(unrefined > bound);  // the refinement is what brings it there
+  CHECK(rk_tile_scale_inverse(std::numeric_limits<float>::infinity()) == 0.0);
+  CHECK(rk_tile_scale_inverse(1.17549435e-38f) == std::ldexp(1.0, 126));
+}
+
+// rk_pow2_inverse: 1 / s exactly for every power of two the pow2 tile scales take, and inf.
+TEST_CASE("rk_pow2_inverse: the exact 1 / 2^k for every k, and 0 for inf") {
+  for (int k = -149; k <= 127; ++k) {
+    const float s = std::ldexp(1.0f, k), want = 1.0f / s, got = rk_pow2_inverse(s);
+    CHECK_MESSAGE(std::memcmp(&want, &got, 4) == 0, "2^" << k);
+  }
+  CHECK(rk_pow2_inverse(std::numeric_limits<float>::infinity()) == 0.0f);
+}
+
+// rk_ds_tile_scale divides amax by 448 through a double product: the scale equals the
+// definition (fp32(amax / 448), then the clamps) for every bf16 and f16 amax and a sample of
+// every 97th fp32 bit pattern (the general body's f32 input), in both scale modes.
+TEST_CASE("rk_ds_tile_scale: fp32(amax / 448) and its clamps, without a division") {
+  auto defined = [](float amax, int32_t pow2) {
+    const float s = amax / 448.0f;
+    if (pow2) return rk_pow2_at_least(s > 1e-4f ? s : 1e-4f);
+    return s > 1.17549435e-38f ? s : 1.17549435e-38f;
+  };
+  int64_t checked = 0, bad = 0;
+  auto check = [&](float amax) {
+    for (const int32_t pow2 : {0, 1}) {
+      const float want = defined(amax, pow2), got = rk_ds_tile_scale(amax, pow2);
+      ++checked;
+      if (std::memcmp(&want, &got, 4) != 0) ++bad;
+    }
+  };
+  for (const int32_t t : {rk_bf16, rk_f16})
+    for (uint32_t code = 0; code <= 0x7fffu; ++code) {
+      const float amax = rk_decode(t, code);
+      if (amax == amax) check(amax);
+    }
+  for (uint64_t b = 0; b <= 0x7f800000u; b += 97) check(bits_f(static_cast<uint32_t>(b)));
+  CHECK(checked > 2 * (0x7f800000 / 97));
+  CHECK(bad == 0);
+}
+
+// rk_max_u16x2 is the halfword-wise maximum, and rk_ds_tile_amax_bits the largest magnitude of a
+// tile's 128 values with NaNs skipped (random tiles: both formats, NaNs and infinities of both
+// signs in some).
+TEST_CASE("rk_max_u16x2 and rk_ds_tile_amax_bits: halfword maxima and a tile's amax") {
+  ropekv::rng_stream rng{7, 13};
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t a = static_cast<uint32_t>(rng.next_u64()), b = static_cast<uint32_t>(rng.next_u64());
+    const uint32_t lo = std::max(a & 0xffffu, b & 0xffffu), hi = std::max(a >> 16, b >> 16);
+    REQUIRE(rk_max_u16x2(a, b) == (lo | (hi << 16)));
+  }
+  alignas(16) uint16_t tile[128];
+  int nan_tiles = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const int32_t t = i % 2 ? rk_bf16 : rk_f16;
+    const uint32_t inf = t == rk_bf16 ? 0x7f80u : 0x7c00u;
+    const int specials = static_cast<int>(rng.next_u64() % 4);  // 0: none; else some NaN / inf values
+    for (auto& v : tile) {
+      v = static_cast<uint16_t>(rng.next_u64() % (inf + 1) | (rng.next_u64() % 2) << 15);
+      if (specials && rng.next_u64() % 16 == 0)
+        v = static_cast<uint16_t>((specials == 1 ? inf : inf + 1 + rng.next_u64() % 0x3f) | (rng.next_u64() % 2) << 15);
+    }
+    uint32_t want = 0;
+    bool nan = false;
+    for (const uint16_t v : tile) {
+      const uint32_t m = v & 0x7fffu;
+      if (m > inf) nan = true;
+      else want = std::max(want, m);
+    }
+    nan_tiles += nan;
+    REQUIRE(rk_ds_tile_amax_bits(reinterpret_cast<const char*>(tile), inf) == want);
+  }
+  CHECK(nan_tiles > 500);
 }
