@@ -39,11 +39,11 @@ struct gpu_copy_timing {
   double gbps = 0;           // (read + write bytes) / time
   int64_t bytes = 0;         // one copy's size (each of read and write)
 };
-// Device-to-device copy of `bytes` (hipMemcpyAsync in a graph), median of `replays`.
+// Device-to-device copy of `bytes` (hipMemcpyAsync launched eagerly, events around each call:
+// the copy a framework's copy_ makes), median of `replays`.
 gpu_copy_timing hip_bench_copy(int64_t bytes, int64_t replays);
 // The same copy done by a kernel: 16-byte vector loads/stores; 1 per thread in a grid-stride
-// loop, or 4 per thread in one pass of 16 KiB blocks (PyTorch's copy reaches ~4.2 TB/s on an
-// H200 where hipMemcpy D2D reaches ~2.8).
+// loop, or 4 per thread in one pass of 16 KiB blocks.
 gpu_copy_timing hip_bench_copy_kernel(int64_t bytes, int64_t replays, int vectors_per_thread);
 
 struct gpu_device_info {
