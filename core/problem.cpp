@@ -148,43 +148,59 @@ void check_rope_table(const std::string& name, int64_t table_rows, bool check_ro
 }
 
 // The constraints of check_problem on one key that its value meets or breaks whatever the other
-// keys are (a pinned h=0 or dr=7 suits no problem: check_pins refuses it), with check_problem's
-// messages. Keys whose constraints depend on others (cache, dec, pad_slots, ...) are not checked.
+// keys are, one row per key: check_problem checks every row, then the constraints between keys;
+// check_pins checks the rows of the pinned keys alone (a pinned h=0 or dr=7 suits no problem).
+// Keys whose constraints depend on others (cache, dec, pad_slots, ...) are checked in
+// check_problem; for pins, the rows marked pins_only hold the part that depends on no other key.
+struct single_key_check {
+  std::string_view key;
+  void (*check)(const problem& p);
+  bool pins_only = false;
+};
+constexpr const char* output_dtypes_allowed = "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz";
+constexpr single_key_check single_key_checks[] = {
+    {"tq", [](const problem& p) { check_range("tq", p.tq, 0, max_tokens_limit); }},
+    {"ts", [](const problem& p) { check_range("ts", p.ts, 0, max_tokens_limit); }},
+    {"tk", [](const problem& p) { check_range("tk", p.tk, 0, max_tokens_limit); }},
+    {"h", [](const problem& p) { check_range("h", p.heads, 1, max_heads_limit); }},
+    {"kh", [](const problem& p) { check_range("kh", p.kv_heads, 1, max_heads_limit); }},
+    {"dn", [](const problem& p) { check_range("dn", p.dn, 1, max_dim_limit); }},
+    {"dr",
+     [](const problem& p) {
+       check_range("dr", p.dr, 2, max_dim_limit);
+       if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
+     }},
+    {"p", [](const problem& p) { check_range("p", p.table_rows, 1, max_rows_limit); }},
+    {"bs", [](const problem& p) { check_range("bs", p.block_size, 1, max_block_size_limit); }},
+    {"nb", [](const problem& p) { check_range("nb", p.num_blocks, 1, max_blocks_limit); }},
+    {"in", [](const problem& p) { check_dtype("in", p.in_dtype, is_input_dtype(p.in_dtype), "one of f32, f16, bf16"); }},
+    {"table_dtype",
+     [](const problem& p) {
+       check_dtype("table_dtype", p.table_dtype, is_input_dtype(p.table_dtype), "one of f32, f16, bf16");
+     }},
+    {"pos", [](const problem& p) { check_dtype("pos", p.pos_dtype, is_index_dtype(p.pos_dtype), "one of i32, i64"); }},
+    {"slot", [](const problem& p) { check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64"); }},
+    {"qo",
+     [](const problem& p) { check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype), output_dtypes_allowed); }},
+    {"k_scale", [](const problem& p) { check_scale("k_scale", p.k_scale); }},
+    {"q_scale", [](const problem& p) { check_scale("q_scale", p.q_scale); }},
+    {"row_pad", [](const problem& p) { check_range("row_pad", p.row_pad_elems, 0, max_pad_limit); }},
+    {"entry_pad", [](const problem& p) { check_range("entry_pad", p.entry_pad_elems, 0, max_pad_limit); }},
+    {"block_pad", [](const problem& p) { check_range("block_pad", p.block_pad_elems, 0, max_pad_limit); }},
+    {"table_pad", [](const problem& p) { check_range("table_pad", p.table_pad_elems, 0, max_pad_limit); }},
+    {"pad_slots", [](const problem& p) { check_range("pad_slots", p.pad_slots, 0, max_tokens_limit); }, true},
+    {"dec", [](const problem& p) { check_range("dec", p.dec_tokens, 0, max_tokens_limit); }, true},
+    {"amp",
+     [](const problem& p) {
+       if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
+         throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
+     }},
+    {"rope_table", [](const problem& p) { check_rope_table(p.rope_table, p.table_rows, /*check_rows=*/false); }},
+};
+
 void check_key_alone(const problem& p, std::string_view key) {
-  if (key == "tq") check_range("tq", p.tq, 0, max_tokens_limit);
-  else if (key == "ts") check_range("ts", p.ts, 0, max_tokens_limit);
-  else if (key == "tk") check_range("tk", p.tk, 0, max_tokens_limit);
-  else if (key == "h") check_range("h", p.heads, 1, max_heads_limit);
-  else if (key == "kh") check_range("kh", p.kv_heads, 1, max_heads_limit);
-  else if (key == "dn") check_range("dn", p.dn, 1, max_dim_limit);
-  else if (key == "dr") {
-    check_range("dr", p.dr, 2, max_dim_limit);
-    if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
-  } else if (key == "p") check_range("p", p.table_rows, 1, max_rows_limit);
-  else if (key == "bs") check_range("bs", p.block_size, 1, max_block_size_limit);
-  else if (key == "nb") check_range("nb", p.num_blocks, 1, max_blocks_limit);
-  else if (key == "in") check_dtype("in", p.in_dtype, is_input_dtype(p.in_dtype), "one of f32, f16, bf16");
-  else if (key == "table_dtype")
-    check_dtype("table_dtype", p.table_dtype, is_input_dtype(p.table_dtype), "one of f32, f16, bf16");
-  else if (key == "pos") check_dtype("pos", p.pos_dtype, is_index_dtype(p.pos_dtype), "one of i32, i64");
-  else if (key == "slot") check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64");
-  else if (key == "qo")
-    check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype),
-                "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz");
-  else if (key == "k_scale") check_scale("k_scale", p.k_scale);
-  else if (key == "q_scale") check_scale("q_scale", p.q_scale);
-  else if (key == "row_pad") check_range("row_pad", p.row_pad_elems, 0, max_pad_limit);
-  else if (key == "entry_pad") check_range("entry_pad", p.entry_pad_elems, 0, max_pad_limit);
-  else if (key == "block_pad") check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
-  else if (key == "table_pad") check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
-  else if (key == "pad_slots") check_range("pad_slots", p.pad_slots, 0, max_tokens_limit);
-  else if (key == "dec") check_range("dec", p.dec_tokens, 0, max_tokens_limit);
-  else if (key == "amp") {
-    if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
-      throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
-  } else if (key == "rope_table") {
-    check_rope_table(p.rope_table, p.table_rows, /*check_rows=*/false);
-  }
+  for (const single_key_check& c : single_key_checks)
+    if (c.key == key) c.check(p);
 }
 
 void check_bytes(const char* what, double elems, dtype t) {
@@ -561,35 +577,15 @@ problem pin_problem(problem p, std::string_view pins) {
 }
 
 void check_problem(const problem& p) {
-  check_range("tq", p.tq, 0, max_tokens_limit);
-  check_range("ts", p.ts, 0, max_tokens_limit);
-  check_range("tk", p.tk, 0, max_tokens_limit);
+  for (const single_key_check& c : single_key_checks)
+    if (!c.pins_only) c.check(p);
+  // the constraints between keys
   if (p.tq > p.ts) throw arg_error("tq", fmt::format("tq <= ts = {}", p.ts), std::to_string(p.tq));
   if (p.ts > p.tk) throw arg_error("ts", fmt::format("ts <= tk = {}", p.tk), std::to_string(p.ts));
-  check_range("h", p.heads, 1, max_heads_limit);
-  check_range("kh", p.kv_heads, 1, max_heads_limit);
   if (p.heads % p.kv_heads != 0)
     throw arg_error("kh", fmt::format("a divisor of h = {}", p.heads), std::to_string(p.kv_heads));
-  check_range("dn", p.dn, 1, max_dim_limit);
-  check_range("dr", p.dr, 2, max_dim_limit);
-  if (p.dr % 2 != 0) throw arg_error("dr", "an even number", std::to_string(p.dr));
-  check_range("p", p.table_rows, 1, max_rows_limit);
-  check_range("bs", p.block_size, 1, max_block_size_limit);
-  check_range("nb", p.num_blocks, 1, max_blocks_limit);
-  check_dtype("in", p.in_dtype, is_input_dtype(p.in_dtype), "one of f32, f16, bf16");
-  check_dtype("table_dtype", p.table_dtype, is_input_dtype(p.table_dtype), "one of f32, f16, bf16");
-  check_dtype("pos", p.pos_dtype, is_index_dtype(p.pos_dtype), "one of i32, i64");
-  check_dtype("slot", p.slot_dtype, is_index_dtype(p.slot_dtype), "one of i32, i64");
-  const char* out_types = "one of f32, f16, bf16, fp8_e4m3fn, fp8_e4m3fnuz, fp8_e5m2, fp8_e5m2fnuz";
-  check_dtype("qo", p.q_out_dtype, is_output_dtype(p.q_out_dtype), out_types);
   if (p.opt.layout != cache_layout::fp8_ds_mla)
-    check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), out_types);
-  check_scale("k_scale", p.k_scale);
-  check_scale("q_scale", p.q_scale);
-  check_range("row_pad", p.row_pad_elems, 0, max_pad_limit);
-  check_range("entry_pad", p.entry_pad_elems, 0, max_pad_limit);
-  check_range("block_pad", p.block_pad_elems, 0, max_pad_limit);
-  check_range("table_pad", p.table_pad_elems, 0, max_pad_limit);
+    check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), output_dtypes_allowed);
   check_range("pad_slots", p.pad_slots, 0, p.ts);
   if (p.dec_q_pe || p.dec_zeros) {
     if (p.dec_tokens < 0 || p.dec_tokens > p.tq)
@@ -607,8 +603,6 @@ void check_problem(const problem& p) {
                                 p.num_blocks * p.block_size));
   if (p.pos_dtype == dtype::i32 && p.table_rows > INT32_MAX - 4096)
     throw arg_error("p", "a table that i32 positions can index", std::to_string(p.table_rows));
-  if (!std::isfinite(p.amplitude) || !(p.amplitude > 0.0))
-    throw arg_error("amp", "a finite value > 0", fmt::format("{}", p.amplitude));
   check_rope_table(p.rope_table, p.table_rows, /*check_rows=*/true);
   // Buffer sizes (all dimensions are bounded above, so these doubles are exact enough).
   const double q_rows = static_cast<double>(p.tq) * static_cast<double>(p.heads);
