@@ -22,6 +22,7 @@ const char* memory_use_name(memory_use u) {
     case memory_use::golden_write: return "golden write";
     case memory_use::golden_check: return "golden check";
     case memory_use::bench: return "bench";
+    case memory_use::bench_verify: return "bench --verify";
   }
   return "?";
 }
@@ -57,8 +58,9 @@ memory_need case_memory_need(const problem& prob, memory_use use, int64_t file_d
       // outputs are dropped), plus the file's bytes while the case is filled from them
       case memory_use::golden_check: copies = b.output ? 2 : 1; break;
       case memory_use::bench: copies = 2; break;
+      case memory_use::bench_verify: copies = 5; break;
     }
-    if (b.output && (use == memory_use::fuzz || use == memory_use::golden_check))
+    if (b.output && (use == memory_use::fuzz || use == memory_use::golden_check || use == memory_use::bench_verify))
       mask_bytes = sat_add(mask_bytes, b.data_bytes / 8 + 1);
     need.items.push_back({b.name, sat_mul(b.alloc_bytes, copies), copies});
   }

@@ -28,6 +28,7 @@ enum class memory_use : uint8_t {
   golden_check,  // the file's tensors as read, the initial case, the expected outputs (the run's
                  // outputs take the place of the initial poisoned ones, dropped before the run)
   bench,         // the case and the copy each timed mode runs on
+  bench_verify,  // bench --verify: those, and a fresh copy with the reference's and the backend's runs of it
 };
 const char* memory_use_name(memory_use u);
 

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "backends/hip/variant.h"
+#include "core/compare.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/file_io.h"
@@ -292,8 +293,9 @@ void set_kernel_variant(const std::string& request) {
       if (key == "bt") { ov.v3_block_threads = value; continue; }
       if (key == "gpb") { ov.v4_groups_per_block = value; continue; }
       if (key == "kvs") { ov.v4_kv_split = value; continue; }
+      if (key == "zcr" && value <= 4) { ov.v4_zc_rows = static_cast<int32_t>(value); continue; }
     }
-    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1, qp=0|1, l2keep=0|1 joined by '+'", part);
+    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1, qp=0|1, zcr=1..4, l2keep=0|1 joined by '+'", part);
   }
   ropekv_gpu::rk_variant_overrides() = ov;
 }
@@ -325,6 +327,33 @@ void apply_zero_copy(case_data& c) {
   point_q_nope_into_q_out(c);
 }
 
+namespace {
+// bench --verify: case `base` (never run; zero-copy applied when zc) once on `be` with kernel
+// variant `variant` and once on the reference, each on its own copy; compared as fuzz compares.
+case_report verify_against_reference(backend& be, backend& ref, const case_data& base, bool zc,
+                                     const std::string& variant) {
+  case_data c = base.clone();
+  if (zc) apply_zero_copy(c);
+  case_data want = c.clone();
+  case_data got = c.clone();
+  if (zc) {  // clone() rebuilds the views from the problem: q_nope back into q_out
+    point_q_nope_into_q_out(want);
+    point_q_nope_into_q_out(got);
+  }
+  ropekv_gpu::rk_variant_overrides() = {};
+  ref.run_host(want.args, want.regions());
+  set_kernel_variant(variant);
+  try {
+    be.run_host(got.args, got.regions());
+  } catch (...) {
+    ropekv_gpu::rk_variant_overrides() = {};
+    throw;
+  }
+  ropekv_gpu::rk_variant_overrides() = {};
+  return compare_runs(c, want, got, compare_options{});
+}
+}  // namespace
+
 CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   CLI::App* b = app.add_subcommand("bench", "Timing: us per call, bytes moved, GB/s and % of a copy measured in the same run");
   b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref")
@@ -339,7 +368,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
                 "decode tokens (N capped at the case's Tq; at most 2^24); without it none")
       ->transform(decimal_in(0, int64_t{1} << 24));
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
-  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
+  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|zcr=N|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), zcr = v4 zero-copy q rows per lane (1..4; default 4 gptj, 2 neox from 8192 q rows on, else 1), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
   b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")
       ->transform(decimal_in(1, 1000))
@@ -363,11 +392,16 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   b->add_option("--budget", o.budget_s, "Seconds per measurement (after warm-up)")->check(seconds)->capture_default_str();
   b->add_option("--json", o.json, "Write every number as JSON here")->check(non_empty);
   add_max_memory_option(b, o.max_memory);
+  b->add_flag("--verify", o.verify,
+              "Before timing each case, mode and variant: run it once on the backend and on the reference and compare "
+              "(as fuzz does: bytes where data moves, ULP bounds where rope arithmetic happens); a mismatch prints "
+              "its report and a replay line, and the command exits 1 after the table");
   b->add_flag("--force", o.force, "--json may replace an existing file");
   b->footer("Examples:\n  ropekv bench                                  # hip if available, else ref\n"
             "  ropekv bench --backend sim --case deepseek-v3:32 --cache bf16\n"
             "  ropekv bench --variant auto,general --json out.json\n"
-            "  ropekv bench --cold --mode copy --case deepseek-v3:128");
+            "  ropekv bench --cold --mode copy --case deepseek-v3:128\n"
+            "  ropekv bench --mode zero_copy --case deepseek-v3:4096 --verify   # check, then time");
   return b;
 }
 
@@ -403,7 +437,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   const std::vector<bench_case> cases = build_cases(o, gpu);  // every case checked before any timing
   const memory_limit mem = memory_limit_of(o.max_memory);
   for (const bench_case& bc : cases)  // each case's budget, before any is built
-    check_memory(case_memory_need(bc.prob, memory_use::bench), mem, "raise --max-memory or bench fewer tokens");
+    check_memory(case_memory_need(bc.prob, o.verify ? memory_use::bench_verify : memory_use::bench), mem,
+                 "raise --max-memory or bench fewer tokens");
   // Progress on stderr, a line per interval (harness/progress.h): what is being measured, k of n.
   progress_ticker ticker;
   // zero-copy needs one dtype (q_nope lives in q_out): other cases skip that mode
@@ -430,6 +465,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                   {"variants", o.variants},  {"caches", o.caches}, {"layouts", o.layouts}, {"scales", o.scales}, {"decode_tokens", o.decode_tokens},
                   {"budget_s", o.budget_s},  {"copy_mb", o.copy_mb}};
   std::unique_ptr<backend> be = find_backend(bname)();
+  std::unique_ptr<backend> ref = o.verify ? find_backend("ref")() : nullptr;
+  int64_t verify_failures = 0;
   j["device_description"] = be->device_description();
 
   // The copy reference, measured in the same run.
@@ -495,7 +532,19 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
       const bench_bytes bytes = count_bytes(c.args);
       for (const std::string& v : variants) {
         ++measured;
-        progress(fmt::format("measuring {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
+        std::string verified = "not run";
+        if (o.verify) {
+          progress(fmt::format("verifying {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
+          const case_report r = verify_against_reference(*be, *ref, base, zc, v);
+          verified = r.outcome == case_outcome::passed ? "passed" : "failed";
+          if (r.outcome != case_outcome::passed) {
+            ++verify_failures;
+            out << "FAILED verification: " << bc.name << ", mode " << mode << ", variant " << v << "\n"
+                << format_case_report(r, true) << "\n"
+                << fmt::format("  replay: ropekv bench --backend {} --repro '{}' --mode {} --variant {} --verify\n",
+                               bname, bc.prob.to_repro(), mode, v);
+          }
+        }
         set_kernel_variant(v);
         timing t;
         try {
@@ -529,7 +578,8 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                            {"bytes_read", bytes.read}, {"bytes_written", bytes.written},
                            {"bytes_total", bytes.total()}, {"gbps", gbps}, {"pct_of_copy", pct},
                            {"floor_us", floor_us}, {"calls_per_graph", t.calls_per_graph},
-                           {"replays", t.replays}, {"input_sets", t.input_sets}, {"cold", o.cold}});
+                           {"replays", t.replays}, {"input_sets", t.input_sets}, {"cold", o.cold},
+                           {"verified", verified}});
         rows.push_back(row_text(results.back()));
       }
     }
@@ -560,7 +610,11 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
   out << fmt::format("{:<36} {:<9} {:<8} {:<34} {:>10} {:>9} {:>9} {:>8} {:>6}\n", "case", "mode", "request",
                      "variant", "us/call", "MB", "floor_us", "GB/s", "%copy");
   for (const std::string& r : rows) out << r << "\n";
-  return 0;
+  if (o.verify) {
+    out << fmt::format("verification against the reference: {} passed, {} failed\n", measurements - verify_failures,
+                       verify_failures);
+  }
+  return verify_failures > 0 ? 1 : 0;
 }
 
 }  // namespace ropekv

@@ -34,6 +34,7 @@ struct bench_opts {
   double budget_s = 0.4;               // time budget per measurement
   std::string json;                    // write the JSON report here
   std::string max_memory = "auto";     // --max-memory: each case's budget (tools/cli.h memory_limit_of)
+  bool verify = false;                 // --verify: each (case, mode, variant) once against the reference first
 };
 
 // Applies one kernel-variant request ("auto", "v3", "gpb=8+qp=1", ...; the `--variant` syntax of

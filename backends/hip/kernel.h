@@ -369,6 +369,7 @@ struct rk_params {
   int32_t v4_q_pairs;         // 1: a copy-mode q group holds two rows (heads 2i, 2i + 1;
                               // rk_v4_q_row_pair), launched as rk_fast4_kernel<S, 2>
   int32_t v4_decode;          // 1: decode outputs given, launched as rk_fast4_kernel<S, R, 1>
+  int32_t v4_zc_rows;         // zero-copy: q rows per lane (rk_v4_q_rope_rows; 1..rk_v4_zc_rows_max)
   int32_t v4_q_groups_per_token;  // ceil(H / q rows per group)
   int32_t v4_nope_chunks;     // Dn / 8
   int32_t v4_units;           // rope units per row: Dr / 8 (gptj) or Dr / 16 (neox)
@@ -1192,7 +1193,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   const char* nope_row = p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2;  // [Dn] 16-bit
   const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;          // [Dr]
   char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;            // [Dn + Dr]
-  const int32_t nc = p.skip_q_nope ? 0 : p.v4_nope_chunks;
+  const int32_t nc = p.v4_nope_chunks;  // copy mode: zero-copy rows go to rk_v4_q_rope_rows
   const bool rope_lane = lane < p.v4_units;
   // every independent load first
   // (the position is checked only after every load is issued: a branch on it here would make
@@ -1247,6 +1248,56 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
+}
+
+// Zero-copy q rows (q_nope already is q_out's first Dn columns: only the rope part moves):
+// lane `lane` of a `lanes`-lane row rotates rope unit `lane` of up to rk_v4_zc_rows_max rows of
+// token t, heads h0, h0 + step, ... (v4_zc_rows of them, those < H). Every row's q_pe unit is
+// loaded before the first store, and the slot, the position and its cos/sin unit are loaded once
+// for all of them: per 16 bytes moved, a quarter of the index work and four loads in flight
+// where one row per lane had one. Same conversions and order of checks as rk_v4_q_row.
+constexpr int32_t rk_v4_zc_rows_max = 4;
+template <class S, int D>
+ROPEKV_DEVICE void rk_v4_q_rope_rows(const rk_params& p, int64_t t, int64_t h0, int64_t step, int32_t lane,
+                                     int32_t lanes) {
+  const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  const bool rope_lane = lane < p.v4_units;
+  const int64_t slot = p.pad_q_computed ? 0 : rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = rope_lane ? rk_load_index(p.positions, t, p.positions_s0, p.positions_i64) : 0;
+  uint32_t wa[rk_v4_zc_rows_max][4], wb[rk_v4_zc_rows_max][4];
+  ROPEKV_UNROLL
+  for (int i = 0; i < rk_v4_zc_rows_max; ++i) {
+    const int64_t h = h0 + i * step;
+    ROPEKV_UNROLL
+    for (int m = 0; m < 4; ++m) wa[i][m] = wb[i][m] = 0u;
+    if (rope_lane && i < p.v4_zc_rows && h < p.heads) {
+      const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;  // [Dr]
+      rk_load_words(pe_row + lane * 16, 16, wa[i]);
+      if (neox) rk_load_words(pe_row + p.dr + lane * 16, 16, wb[i]);  // the second half
+    }
+  }
+  if (slot < 0) return;  // padding token, pad_q = skipped: q_out rows left as they were
+  const bool pos_ok = rope_lane && rk_position_ok(p, &pos);
+  float cs[8], sn[8];
+  if (pos_ok) rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
+  if ((D & 1) && t < p.num_decode && p.q_nope_zeros_out != nullptr) {  // decode zero buffer, every row
+    for (int32_t i = 0; i < p.v4_zc_rows && h0 + i * step < p.heads; ++i) rk_v4_zero_row(p, t, h0 + i * step, lane, lanes);
+  }
+  if (!pos_ok) return;
+  ROPEKV_UNROLL
+  for (int i = 0; i < rk_v4_zc_rows_max; ++i) {
+    const int64_t h = h0 + i * step;
+    if (i < p.v4_zc_rows && h < p.heads) {
+      float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      rk_v3_rope(neox, qt, wa[i], wb[i], cs, sn, ra, rb);
+      if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
+        rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
+      char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;  // [Dn + Dr]
+      rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
+    }
+  }
 }
 
 // Two q rows of token t in one group (heads h0 and h0 + 1 when h0 + 1 < H): lane l copies nope
@@ -1587,10 +1638,16 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
     return;
   }
-  const int32_t ql = p.v4_q_lanes_log2;
-  const int64_t h = ((r - kv_groups) << (5 - ql)) + (l32 >> ql);
-  if (h >= p.heads) return;
-  rk_v4_q_row<S, D>(p, t, h, l32 & ((1 << ql) - 1), 1 << ql);
+  if (p.skip_q_nope) {  // zero-copy: 2^(5 - ql) rows side by side, v4_zc_rows of them per lane
+    const int32_t ql = p.v4_q_lanes_log2;
+    const int64_t per_pass = int64_t{1} << (5 - ql);
+    const int64_t h0 = (r - kv_groups) * per_pass * p.v4_zc_rows + (l32 >> ql);
+    if (h0 >= p.heads) return;
+    rk_v4_q_rope_rows<S, D>(p, t, h0, per_pass, l32 & ((1 << ql) - 1), 1 << ql);
+    return;
+  }
+  if (r - kv_groups >= p.heads) return;
+  rk_v4_q_row<S, D>(p, t, r - kv_groups, l32, 32);
 }
 
 // The kernel body: one call per (block, thread). See the header comment for the decomposition.

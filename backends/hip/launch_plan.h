@@ -487,7 +487,15 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.v4_q_pairs = pairs_ok && (ov.v4_q_pairs >= 0 ? ov.v4_q_pairs == 1 : s.tq * s.heads >= 8192);
     // decode outputs: the kernel instantiations that write them (rk_fast4_kernel<S, R, 1>)
     p.v4_decode = rk_has_decode_outputs(p) ? 1 : 0;
-    const int64_t rows_per_group = p.v4_q_pairs ? 2 : int64_t{1} << (5 - ql);
+    // Zero-copy: several rows per lane (rk_v4_q_rope_rows) from 8192 q rows on, 4 (gptj) or 2
+    // (neox: two 16-byte loads per row already); one below, where more groups spread the few
+    // rows over more SMs. `zcr=N` forces N (1..4, where zero-copy applies).
+    p.v4_zc_rows = 1;
+    if (p.skip_q_nope) {
+      const int32_t dflt = s.tq * s.heads >= 8192 ? (p.neox ? 2 : 4) : 1;
+      p.v4_zc_rows = ov.v4_zc_rows > 0 ? std::min<int32_t>(ov.v4_zc_rows, rk_v4_zc_rows_max) : dflt;
+    }
+    const int64_t rows_per_group = p.v4_q_pairs ? 2 : (int64_t{1} << (5 - ql)) * p.v4_zc_rows;
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);
     const int64_t kv_groups = (int64_t{1} << kvs) + p.v4_kv_rope_group;
     const int64_t groups_per_token = p.v4_q_groups_per_token + kv_groups;
@@ -512,7 +520,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.grid_y = 1;
     l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
                 (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v3_spec_name(p) + ")";
-    if (p.skip_q_nope) l.variant += "+zero_copy";
+    if (p.skip_q_nope) l.variant += "+zero_copy" + (p.v4_zc_rows > 1 ? "(rows" + std::to_string(p.v4_zc_rows) + ")" : std::string());
     if (rk_has_decode_outputs(p)) l.variant += "+decode";
     if (p.ds_mla) l.variant += "+ds_mla(st" + std::to_string(p.v4_ds_align) + ")";
     return l;
@@ -536,7 +544,7 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.grid_x = static_cast<uint32_t>((p.v3_token_chunks + threads - 1) / threads);
     l.grid_y = static_cast<uint32_t>(s.ts < rk_max_grid_y ? (s.ts > 0 ? s.ts : 1) : rk_max_grid_y);
     l.variant = "fast_v3(threads" + std::to_string(threads) + "," + rk_v3_spec_name(p) + ")";
-    if (p.skip_q_nope) l.variant += "+zero_copy";
+    if (p.skip_q_nope) l.variant += "+zero_copy" + (p.v4_zc_rows > 1 ? "(rows" + std::to_string(p.v4_zc_rows) + ")" : std::string());
     return l;
   }
   const std::string fast_refusal = rk_fast_q_refusal(p);

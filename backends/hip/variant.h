@@ -21,6 +21,7 @@ struct rk_variant_override {
   int32_t no_pdl = 0;            // 1: launch fast_v4 without programmatic dependent launch
   int32_t v4_kv_rope_group = -1;  // >= 0: fast_v4 cache rope units in a group of their own (1) or not
   int32_t v4_q_pairs = -1;        // >= 0: fast_v4 copy-mode q groups hold two rows (1) or one
+  int32_t v4_zc_rows = 0;         // > 0: fast_v4 zero-copy q rows per lane (1..4)
   int32_t cache_keep_l2 = -1;     // >= 0: fast cache stores with an L2 evict_last hint (1) or plain (0)
 };
 

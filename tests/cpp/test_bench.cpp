@@ -270,6 +270,37 @@ TEST_CASE("fast_v4: groups per block and per cache entry keep the bytes") {
   }
 }
 
+// Zero-copy on fast_v4 with several q rows per lane (rk_v4_q_rope_rows): every row count, with
+// heads that do not fill the last group, padding skipped or computed, clamped positions and the
+// decode outputs, equals the reference; the variant names the row count.
+TEST_CASE("fast_v4 zero-copy: q rows per lane 1..4 against the reference") {
+  const char* cases[] = {
+      "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1",
+      "tq=3 ts=4 tk=4 h=7 in=bf16 qo=bf16 cache=fp8_e4m3fn k_scale=0.5 nb=1 style=neox table_dtype=f32",
+      "tq=6 ts=6 tk=6 h=37 in=f16 qo=f16 cache=f16 nb=1 pad_slots=2 pad_q=skipped pos_oob=clamp",
+      "tq=5 ts=5 tk=5 h=21 in=bf16 qo=bf16 cache=bf16 nb=1 pad_slots=1 pad_q=computed dec=3 dec_out=qzk",
+      "tq=2 ts=2 tk=2 h=200 dn=8 dr=32 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
+  };
+  for (const char* r : cases) {
+    const problem p = parse_problem(r);
+    for (int32_t rows : {1, 2, 3, 4}) {
+      for (int64_t gpb : {1, 8}) {
+        ropekv_gpu::rk_variant_override ov;
+        ov.v4_zc_rows = rows;
+        ov.v4_groups_per_block = gpb;
+        override_guard g(ov);
+        const run_out o = ref_vs_sim(p, true);
+        INFO(r, " zcr=", rows, " gpb=", gpb, " ", o.variant);
+        INFO(format_case_report(o.report, true));
+        CHECK(o.report.outcome == case_outcome::passed);
+        CHECK(o.variant.rfind("fast_v4", 0) == 0);
+        const std::string named = rows > 1 ? "+zero_copy(rows" + std::to_string(rows) + ")" : "+zero_copy";
+        CHECK(o.variant.find(named) != std::string::npos);
+      }
+    }
+  }
+}
+
 // Compile-time specialisation (launch_plan.h rk_v3_visit): the instantiation the plan names in
 // the variant, and bytes identical to the generic instantiation (dtypes read at run time).
 TEST_CASE("fast_v4 and fast_v3: specialised instantiations name themselves and match the generic one bit for bit") {
@@ -427,7 +458,35 @@ TEST_CASE("ropekv bench on sim and ref: table and JSON") {
     CHECK(j["results"][1]["bytes_total"].get<int64_t>() < j["results"][0]["bytes_total"].get<int64_t>());
     CHECK(j["copy"]["gbps_read_plus_write"].get<double>() > 0);
     if (std::string(be) == "sim") CHECK(j["results"][1]["variant"].get<std::string>().find("zero_copy") != std::string::npos);
+    CHECK(j["results"][0]["verified"] == "not run");
   }
+  std::filesystem::remove(json);
+}
+
+// --verify: every (case, mode, variant) run once against the reference before it is timed; the
+// rows say so, the closing line counts them. Zero-copy with 1 and 4 q rows per lane, sim.
+TEST_CASE("ropekv bench --verify: each row checked against the reference") {
+  const std::string json = (std::filesystem::temp_directory_path() / "ropekv_test_bench_verify.json").string();
+  bench_opts o;
+  o.backend = "sim";
+  o.cases = {"deepseek-v3:3"};
+  o.repros = {"tq=5 ts=6 tk=6 h=24 in=bf16 qo=bf16 cache=fp8_e4m3fn k_scale=0.5 nb=1 style=neox pad_slots=2 pad_q=skipped"};
+  o.caches = "bf16";
+  o.variants = "auto,zcr=4";
+  o.budget_s = 0;
+  o.copy_mb = 1;
+  o.json = json;
+  o.force = true;
+  o.verify = true;
+  std::ostringstream out, err;
+  REQUIRE(run_bench(o, out, err) == 0);
+  INFO(out.str());
+  CHECK(out.str().find("verification against the reference: 8 passed, 0 failed") != std::string::npos);
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  REQUIRE(j["results"].size() == 8);  // 2 cases x 2 modes x 2 variants
+  for (const nlohmann::json& r : j["results"]) CHECK(r["verified"] == "passed");
+  CHECK(j["results"][3]["variant"].get<std::string>().find("+zero_copy(rows4)") != std::string::npos);
   std::filesystem::remove(json);
 }
 

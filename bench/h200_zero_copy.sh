@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Zero-copy mode (q_nope already in q_out) with several q rows per lane, on one NVIDIA GPU:
+#  - verify (PART=verify): `bench --verify` in zero-copy mode at the decode and large cases, both
+#    caches, rows per lane 1, 2, 4 and the plan's choice, plus neox and pad_q=skipped repros:
+#    every row checked against the reference before it is timed; the kernels' registers and
+#    local memory beside the build before (cuobjdump);
+#  - ab (PART=ab): copy and zero-copy mode, the build before and this one alternated, three runs
+#    each (each run measures its own copy ceiling);
+#  - fuzz (PART=fuzz): ref vs hip 2000 cases, sim vs hip bit for bit 1000 (the q rows' code moved).
+#   ROPEKV_BIN         the nvcc build under test (default build-gpubin/ropekv)
+#   ROPEKV_BIN_BEFORE  the nvcc build before (ab and the register diff; skipped if unset)
+#   PART               verify, ab, fuzz, or all (default)
+# Keeps at most 8 files under OUT (the device returns no more).
+set -uo pipefail
+BEFORE=${ROPEKV_BIN_BEFORE:-}
+NAME_DEFAULT_OUT=zero-copy-out
+source "$(dirname "$0")/h200_lib.sh"
+PART=${PART:-all}
+[ -n "$BEFORE" ] && say "before $("$BEFORE" info | head -1)"
+cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:1024 --case deepseek-v3:4096
+       --case deepseek-v3-tp8:8192)
+if [ "$PART" = all ] || [ "$PART" = verify ]; then
+  neox='tq=4096 ts=4096 tk=4096 h=128 dn=512 dr=64 p=163840 bs=64 nb=66 in=bf16 qo=bf16 cache=bf16 style=neox rope_table=deepseek-v3'
+  skip='tq=1024 ts=1024 tk=1024 h=128 dn=512 dr=64 p=163840 bs=64 nb=17 in=bf16 qo=bf16 cache=fp8_e4m3fn pad_slots=100 pad_q=skipped rope_table=deepseek-v3'
+  "$BIN" bench --backend hip --verify --threads 16 --mode zero_copy --cache bf16,fp8_e4m3fn "${cases[@]}" \
+    --case kimi-k2-tp8:512 --repro "$neox" --repro "$skip" --variant auto,zcr=1,zcr=2,zcr=4 \
+    --json "$OUT/bench-verify.json" > "$W/verify.log" 2>&1
+  say "bench --verify (rc $?):"
+  grep -E "^(deepseek|kimi|repro)|verification|FAILED|replay" "$W/verify.log" | tee -a "$summary"
+  if [ -n "$BEFORE" ]; then
+    for b in "$BEFORE" "$BIN"; do
+      cuobjdump --dump-resource-usage "$b" | awk '/Function/ {f = $2} /REG:/ {print f, $1, $2, $5}' | sort > "$W/regs-$(basename "$b").txt"
+    done
+    say "kernels whose registers or local memory changed (< before, > after):"
+    diff "$W/regs-$(basename "$BEFORE").txt" "$W/regs-$(basename "$BIN").txt" | grep '^[<>]' | cut -c1-200 | tee -a "$summary"
+  fi
+fi
+if [ "$PART" = all ] || [ "$PART" = ab ]; then
+  bench_before_after --cache bf16,fp8_e4m3fn --mode copy,zero_copy "${cases[@]}"
+fi
+if [ "$PART" = all ] || [ "$PART" = fuzz ]; then
+  campaign ref-hip ref,hip 2000 --seed 20261207
+  campaign sim-hip-bitwise sim,hip 1000 --seed 20261208 --bitwise
+fi
+rm -rf "$W"
