@@ -267,17 +267,14 @@ bench_bytes count_bytes(const op_args& a) {
   return b;
 }
 
-// Applies one variant request (bench.h) ("auto", "general", "hpb=4+upt=2", ...) to the kernel overrides.
+// Applies one variant request (bench.h) ("auto", "general", "gpb=8+kvs=2", ...) to the kernel overrides.
 void set_kernel_variant(const std::string& request) {
   ropekv_gpu::rk_variant_override ov;
   for (const std::string& part : split_list(request, '+', "--variant")) {
     if (part == "auto") continue;
     if (part == "general") { ov.force_general = 1; continue; }
-    if (part == "v2") { ov.no_v3 = 1; ov.no_v4 = 1; continue; }  // fast_v2 where eligible (else general)
-    if (part == "v3") { ov.no_v4 = 1; continue; }  // fast_v3 where eligible
     if (part == "v4") continue;                    // = auto: fast_v4 where eligible
-    if (part == "v3generic") { ov.no_v4 = 1; ov.v3_generic = 1; continue; }  // fast_v3 without dtype templates
-    if (part == "v4generic") { ov.v3_generic = 1; continue; }  // fast_v4 without dtype templates
+    if (part == "v4generic") { ov.v4_generic = 1; continue; }  // fast_v4 without dtype templates
     if (part == "nozc") { ov.no_zero_copy = 1; continue; }
     if (part == "nopdl") { ov.no_pdl = 1; continue; }  // fast_v4 without programmatic dependent launch
     const auto eq = part.find('=');
@@ -289,13 +286,11 @@ void set_kernel_variant(const std::string& request) {
       if (key == "l2keep" && (value == 0 || value == 1)) { ov.cache_keep_l2 = static_cast<int32_t>(value); continue; }
       if (value < 1) throw arg_error("--variant", "a value >= 1", part);
       if (key == "hpb") { ov.heads_per_block = value; continue; }
-      if (key == "upt") { ov.units_per_thread = value; continue; }
-      if (key == "bt") { ov.v3_block_threads = value; continue; }
       if (key == "gpb") { ov.v4_groups_per_block = value; continue; }
       if (key == "kvs") { ov.v4_kv_split = value; continue; }
       if (key == "zcr" && value <= 4) { ov.v4_zc_rows = static_cast<int32_t>(value); continue; }
     }
-    throw arg_error("--variant", "auto, v4, v4generic, v3, v3generic, v2, general, nozc, nopdl, hpb=N, upt=N, bt=N, gpb=N, kvs=N, kvr=0|1, qp=0|1, zcr=1..4, l2keep=0|1 joined by '+'", part);
+    throw arg_error("--variant", "auto, v4, v4generic, general, nozc, nopdl, hpb=N, gpb=N, kvs=N, kvr=0|1, qp=0|1, zcr=1..4, l2keep=0|1 joined by '+'", part);
   }
   ropekv_gpu::rk_variant_overrides() = ov;
 }
@@ -368,7 +363,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
                 "decode tokens (N capped at the case's Tq; at most 2^24); without it none")
       ->transform(decimal_in(0, int64_t{1} << 24));
   b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
-  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|v3|v3generic|v2|general|nozc|nopdl|hpb=N|upt=N|bt=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|zcr=N|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation; *generic = without dtype templates; hpb/upt tune v2, bt = v3 block threads, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), zcr = v4 zero-copy q rows per lane (1..4; default 4 gptj, 2 neox from 8192 q rows on, else 1), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
+  b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|general|nozc|nopdl|hpb=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|zcr=1..4|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation, else the general body; v4 = auto; v4generic = v4 without dtype templates; general = the general body for every case; hpb = the general body's heads per block, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), zcr = v4 zero-copy q rows per lane (1..4; default 4 gptj, 2 neox from 8192 q rows on, else 1), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
   b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")
       ->transform(decimal_in(1, 1000))

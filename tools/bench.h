@@ -26,7 +26,7 @@ struct bench_opts {
   std::string scales = "host";            // how the preset cases pass k_scale / q_scale (host, tensor)
   int64_t decode_tokens = -1;             // --decode N: preset cases pass all three decode outputs, N = min(N, Tq); -1: none
   std::string modes = "copy,zero_copy";    // copy: q_nope separate; zero_copy: q_nope inside q_out
-  std::string variants = "auto";       // comma list; each '+'-joined: auto|v3|v2|general|hpb=N|upt=N|nozc
+  std::string variants = "auto";       // comma list; each '+'-joined: auto|v4|v4generic|general|nozc|hpb=N|gpb=N|... (tools/bench.cpp)
   bool cold = false;                   // GPU: rotate input sets larger than L2
   int64_t calls_per_graph = 20;        // GPU: op launches per graph replay
   int64_t copy_mb = 1024;              // size of the reference copy (MiB)
@@ -37,7 +37,7 @@ struct bench_opts {
   bool verify = false;                 // --verify: each (case, mode, variant) once against the reference first
 };
 
-// Applies one kernel-variant request ("auto", "v3", "gpb=8+qp=1", ...; the `--variant` syntax of
+// Applies one kernel-variant request ("auto", "general", "gpb=8+qp=1", ...; the `--variant` syntax of
 // bench and fuzz) to the process-wide kernel overrides (backends/hip/variant.h), which the hip
 // and sim backends read when they plan a launch. arg_error("--variant", ...) when malformed.
 void set_kernel_variant(const std::string& request);

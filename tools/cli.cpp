@@ -850,7 +850,7 @@ int run_cli(const std::vector<std::string>& args, cli_state& st) {
   fuzz->add_option("--json", fo.json, "Write the JSON report (docs/report-schema.json); on SIGINT/SIGTERM the cases run so far, marked interrupted")->check(non_empty);
   fuzz->add_flag("--force", fo.force, "--json may replace an existing file");
   fuzz->add_option("--variant", fo.variant,
-                   "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v3, "
+                   "Kernel variant for hip/sim, as in `bench --variant` (one request: e.g. qp=1, gpb=8+kvs=2, v4generic, "
                    "general); auto = the launch plan's choice")
       ->check(non_empty)
       ->capture_default_str();

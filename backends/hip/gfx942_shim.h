@@ -17,7 +17,8 @@ extern "C" __device__ __attribute__((const)) size_t __ockl_get_local_size(uint d
   return dim == 0 ? __builtin_amdgcn_workgroup_size_x()
                   : dim == 1 ? __builtin_amdgcn_workgroup_size_y() : __builtin_amdgcn_workgroup_size_z();
 }
-// gridDim (fast_v3's token stride): work-groups per dimension = ceil(grid size / group size).
+// gridDim (unused by the kernels today; defined for completeness): work-groups per dimension =
+// ceil(grid size / group size).
 extern "C" __device__ __attribute__((const)) size_t __ockl_get_num_groups(uint dim) {
   const uint grid = dim == 0 ? __builtin_amdgcn_grid_size_x()
                              : dim == 1 ? __builtin_amdgcn_grid_size_y() : __builtin_amdgcn_grid_size_z();

@@ -23,13 +23,7 @@ __global__ void __launch_bounds__(rk_max_block_threads) rk_fused_kernel(rk_param
 // The plan asks for programmatic dependent launch (fast_v4); the device decides whether it has it.
 inline bool rk_launch_uses_pdl(const rk_launch& l) { return l.pdl && rk_pdl_supported(); }
 
-// One kernel per fast_v3 instantiation (launch_plan.h rk_v3_visit picks it on the host).
-template <class S>
-__global__ void __launch_bounds__(rk_max_block_threads, rk_fast3_min_blocks_for<S>) rk_fast3_kernel(rk_params p) {
-  rk_fast3_body<S>(p);
-}
-
-// One kernel per fast_v4 instantiation (the same rk_v3_spec set as fast_v3).
+// One kernel per fast_v4 instantiation (launch_plan.h rk_v4_visit picks it on the host).
 // With programmatic dependent launch (launch_plan.h rk_launch::pdl): let the next kernel start
 // early, and wait for the previous one before touching memory.
 // fp8-cache gptj instantiations: at most 48 registers (5 blocks of 256), as the 16-bit ones
@@ -54,7 +48,7 @@ __global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for
 
 // The fast_v4 kernel of instantiation S for p: R by v4_q_pairs, D by v4_decode and ds_mla.
 // fp8_ds_mla kernels exist for the instantiations launch_plan.h picks for that layout only
-// (cache e4m3fn, or generic: rk_v3_specialised).
+// (cache e4m3fn, or generic: rk_v4_specialised).
 template <class S>
 void (*rk_fast4_pick(const rk_params& p))(rk_params) {
   const bool pairs = p.v4_q_pairs != 0, dec = p.v4_decode != 0;
@@ -67,7 +61,7 @@ void (*rk_fast4_pick(const rk_params& p))(rk_params) {
     }
   }
   if (p.ds_mla)
-    throw ropekv::error("rk_fast4_pick: no fp8_ds_mla kernel for instantiation " + rk_v3_spec_name(p));
+    throw ropekv::error("rk_fast4_pick: no fp8_ds_mla kernel for instantiation " + rk_v4_spec_name(p));
   if (pairs) return dec ? rk_fast4_kernel<S, 2, 1> : rk_fast4_kernel<S, 2, 0>;
   return dec ? rk_fast4_kernel<S, 1, 1> : rk_fast4_kernel<S, 1, 0>;
 }
@@ -223,14 +217,10 @@ void hip_launch(const op_args& device_args, void* stream) {
   const dim3 block(l.block_threads, 1, 1);
   const hipStream_t s = static_cast<hipStream_t>(stream);
   if (l.kernel == ropekv_gpu::rk_kernel::fast4) {
-    ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
+    ropekv_gpu::rk_v4_visit(l.params, [&](auto spec) {
       using S = decltype(spec);
       void (*const kernel)(ropekv_gpu::rk_params) = ropekv_gpu::rk_fast4_pick<S>(l.params);
       check(rk_launch_kernel(kernel, grid, block, s, l.pdl, l.params), "kernel launch");
-    });
-  } else if (l.kernel == ropekv_gpu::rk_kernel::fast3) {
-    ropekv_gpu::rk_v3_visit(l.params, [&](auto spec) {
-      ropekv_gpu::rk_fast3_kernel<decltype(spec)><<<grid, block, 0, s>>>(l.params);
     });
   } else {
     ropekv_gpu::rk_fused_kernel<<<grid, block, 0, s>>>(l.params);

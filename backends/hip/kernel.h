@@ -17,13 +17,15 @@
 // Planted bugs for the mutation tests (ROPEKV_MUTATION, default 0 = correct kernel):
 //   1: off-by-one in the cache entry offset (one element past the entry start),
 //   2: wrong rope partner for neox (i pairs with Dr - 1 - i instead of i + Dr/2),
-//   3: dropped vector tail (the last, partial chunk of a nope row is not written; fast_v3,
+//   3: dropped vector tail (the last, partial chunk of a nope row is not written; fast_v4,
 //      whose rows have no partial chunk: the last chunk of every nope row is not written).
-// Mutations 1 and 2 act on fast_v3 through the shared rk_paged_cache::entry and rk_rope4_f
-// (mutation 1 makes its vector stores misaligned: the sim aborts, a GPU faults).
+// Mutation 2 acts on fast_v4 through the shared rk_rope4_f; mutation 1 through the shared
+// rk_paged_cache::entry makes fast_v4's vector stores misaligned, so the plan refuses fast_v4
+// and the general body carries it.
 //
-// fast_v3 (rk_fast3_body, below) is a second kernel entry with its own decomposition: one
-// thread per 16-byte output chunk (see its comment). launch_plan.h picks the kernel.
+// fast_v4 (rk_fast4_body, below) is a second kernel entry with its own decomposition: one
+// 32-thread group per row (see its comment). launch_plan.h picks the kernel: fast_v4 where its
+// preconditions hold (rk_v4_refusal), else this general body.
 #pragma once
 #include <cstdint>
 
@@ -237,7 +239,7 @@ struct rk_paged_part {
   int64_t entry_stride_elems;
   int64_t tile_stride_elems;   // between 16-entry tiles of a block
   int64_t head_stride_elems;   // between kv heads (rank-4 caches; 0 with one head): the general
-                               // body's rk_write_cache only (launch_plan.h keeps KH > 1 off v3/v4)
+                               // body's rk_write_cache only (launch_plan.h keeps KH > 1 off fast_v4)
 };
 struct rk_paged_cache {
   rk_paged_part nope;          // Dn features
@@ -301,7 +303,7 @@ struct rk_params {
   char* k_pe;          // [Tk, Dr] or [Tk, KH, Dr] (written when inplace_k)
   int64_t k_pe_s0;
   // kv heads (core/SPEC.md): KH, and the head strides of kv_c, k_pe, k_pe_out (0 for rank 2).
-  // The general body writes every head's entry (rk_write_cache); the fast bodies take KH = 1 only.
+  // The general body writes every head's entry (rk_write_cache); fast_v4 takes KH = 1 only.
   int64_t kv_heads;
   int64_t kv_c_s1, k_pe_s1, k_pe_out_s1;
   int32_t q_dtype, k_dtype;
@@ -334,7 +336,7 @@ struct rk_params {
   const float* q_scale_ptr;
   // Decode outputs (core/SPEC.md "Decode outputs"), nullptr when absent; the general body
   // (rk_general_q, rk_write_cache) and fast_v4 (rk_v4_q_row, rk_v4_q_row_pair, rk_v4_kv_row:
-  // 16-byte rows, launch_plan.h rk_v4_decode_refusal) write them; fast_v2 / fast_v3 refuse them.
+  // 16-byte rows, launch_plan.h rk_v4_decode_refusal) write them.
   char* decode_q_pe_out;    // [N, H, Dr] q dtype: rope(q_pe) of q rows t < N, unscaled
   int64_t dec_q_pe_s0, dec_q_pe_s1;
   char* q_nope_zeros_out;   // [N, H, Dn] q dtype: +0 in q rows t < N
@@ -343,24 +345,15 @@ struct rk_params {
   int64_t k_pe_out_s0;
   int64_t num_decode;       // N (0 when neither [N, H, ..] output is given)
   // Layout fp8_ds_mla (core/SPEC.md): cache entries of 656 bytes written by the general body
-  // (rk_write_ds_mla_entry) or fast_v4 (rk_v4_ds_mla_row; never fast_v3). The cache's parts
+  // (rk_write_ds_mla_entry) or fast_v4 (rk_v4_ds_mla_row). The cache's parts
   // then address bytes (cache.dtype e4m3fn). ds_pow2: tile scales rounded up to a power of two.
   int32_t ds_mla, ds_pow2;
   int32_t v4_ds_align;  // fast_v4: bytes (16, 8, 4) every entry address is a multiple of
-  // launch shape
+  // general body launch shape: heads of one token per block
   int64_t heads_per_block;
-  // fast path, chosen on the host (launch_plan.h) when its preconditions hold:
-  // q_nope/q_pe 2-byte (f16|bf16) and q_out the same dtype, Dn % 8 == 0, Dr % 8 == 0, every q
-  // row and cos/sin row aligned for 16-byte (q) and 4-value (table) vector accesses.
-  int32_t fast_q;
   // zero-copy concat (core/SPEC.md): q_nope is the first Dn columns of q_out; skip the nope copy.
   int32_t skip_q_nope;
-  // fast_v3 (rk_fast3_body), chosen on the host (launch_plan.h rk_v3_refusal): chunks of 8
-  // elements per q_out row in the grid (q_nope_cpr nope chunks, 0 with zero-copy, then the rope
-  // units: Dr/8 gptj, Dr/16 neox), per cache row, H * q_cpr, and all of one token.
-  int32_t v3_q_cpr, v3_q_nope_cpr, v3_cache_nope_cpr, v3_q_chunks, v3_token_chunks;
-  int32_t v3_q_nope_chunks;  // H * v3_q_nope_cpr: the q nope chunks come first (warp-uniform)
-  // fast_v4 (rk_fast4_body), same preconditions as fast_v3 (launch_plan.h): rows of 32-thread
+  // fast_v4 (rk_fast4_body), chosen on the host (launch_plan.h rk_v4_refusal): rows of 32-thread
   // groups, token-major; a cache entry is split over 2^v4_kv_split_log2 groups, a group holds
   // 2^(5 - v4_q_lanes_log2) q rows.
   int64_t v4_q_token_groups;  // Tq * (q groups per token + cache groups per token) (< 2^32)
@@ -705,11 +698,7 @@ ROPEKV_DEVICE void rk_write_cache(const rk_params& p, int64_t t, int64_t kh, int
   }
 }
 
-// ------------------------------------------------------------------ fast path
-// Preconditions (checked on the host, launch_plan.h rk_fast_q_ok): q_nope/q_pe f16 or bf16,
-// q_out the same dtype; Dn % 8 == 0, Dr % 8 == 0; q_nope, q_pe, q_out rows 16-byte aligned (base
-// and both outer strides); cos and sin rows aligned to 4 table values; table f16|bf16|f32.
-//
+// ------------------------------------------------------------------ 16-byte helpers of fast_v4
 // Same-dtype 2-byte copy: round(fp32(x)) is x itself except for NaN, which becomes the format's
 // canonical NaN with its sign (what rk_encode does), so the nope copy is bit operations only.
 // Packed, two 16-bit lanes per word: a lane is NaN when its magnitude exceeds inf's; adding
@@ -748,12 +737,12 @@ ROPEKV_DEVICE void rk_load_table4(int32_t t, const char* p, float* v) {
 }
 ROPEKV_DEVICE uint32_t rk_lane16(const uint32_t* w, int m) { return (w[m >> 1] >> (16 * (m & 1))) & 0xffffu; }
 
-// Rotates the 4 pairs of one rope unit held in w (8 lanes of 16 bits) into o. Lanes: gptj
+// Rotates the 4 pairs of one rope unit held in w (8 lanes of 16 bits). Lanes: gptj
 // a_i = lane 2i, b_i = lane 2i+1; neox a_i = lane i, b_i = lane 4+i (mutation 2: the b half was
 // loaded reversed, so b_i = lane 7-i). NEOX is a template parameter so that every lane index is
 // a constant after unrolling (no local-memory arrays).
-// rk_rope4_f: the rotated values in fp32, r[lane] (8 lanes), for a caller that encodes them
-// itself (fast_v3 writes an fp8 or 16-bit cache); rk_rope4: encoded into qt, packed into o.
+// The rotated values in fp32, r[lane] (8 lanes): the caller encodes them (a 16-bit q_out row,
+// an fp8 or 16-bit cache entry).
 template <bool NEOX>
 ROPEKV_DEVICE void rk_rope4_f(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
                               float* r) {
@@ -772,156 +761,26 @@ ROPEKV_DEVICE void rk_rope4_f(int32_t qt, const uint32_t* w, const float* cs, co
     r[lb] = ROPEKV_FMAF(b, cs[i], ROPEKV_FMUL_RN(a, sn[i]));
   }
 }
-template <bool NEOX>
-ROPEKV_DEVICE void rk_rope4(int32_t qt, const uint32_t* w, const float* cs, const float* sn,
-                            uint32_t* o) {
-  float r[8];
-  rk_rope4_f<NEOX>(qt, w, cs, sn, r);
-  ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, r[m]) & 0xffffu) << (16 * (m & 1));
-}
 
-// Units a block's threads take per batch: all loads of a batch are issued before its first store.
-constexpr int rk_fast_batch = 4;
-
-// q rows of heads [g*hpb, (g+1)*hpb) of token t. Units of 16 bytes (8 elements): per head, Dn/8
-// nope units (none with zero-copy concat: 16-byte load, NaN canonicalisation, 16-byte store),
-// then Dr/8 rope units of 4 pairs each: gptj pairs (2i, 2i+1) of elements [8j, 8j+8), one
-// 16-byte load and store; neox pairs (i, i+Dr/2) of elements [4j, 4j+4) and [Dr/2+4j, Dr/2+4j+4),
-// two 8-byte loads and stores; cos/sin values [4j, 4j+4), one 8-byte load each (bf16/f16 table).
-// A thread takes units tid, tid + nthreads, ..., rk_fast_batch at a time.
-ROPEKV_DEVICE void rk_fast_q(const rk_params& p, int64_t t, int64_t group, const char* cos_row,
-                             const char* sin_row) {
-  const int32_t qt = p.q_dtype;
-  const int64_t h0 = group * p.heads_per_block;
-  const int64_t nh = (h0 + p.heads_per_block) < p.heads ? p.heads_per_block : p.heads - h0;
-  const int32_t nope_units = p.skip_q_nope ? 0 : static_cast<int32_t>(p.dn / 8);
-  const int32_t units_per_head = nope_units + static_cast<int32_t>(p.dr / 8);
-  const int32_t units = static_cast<int32_t>(nh) * units_per_head;
-  const int32_t tid = static_cast<int32_t>(threadIdx.x);
-  const int32_t nthreads = static_cast<int32_t>(blockDim.x);
-  const int64_t half = p.dr / 2;
-  const int tab_sz = rk_size_bytes(p.table_dtype);
-  // per-block bases and per-head strides in bytes (hoisted: per unit only 32-bit index math)
-  const char* nope_base = p.q_nope + (t * p.q_nope_s0 + h0 * p.q_nope_s1) * 2;
-  char* pe_base = p.q_pe + (t * p.q_pe_s0 + h0 * p.q_pe_s1) * 2;
-  char* out_base = p.q_out + (t * p.q_out_s0 + h0 * p.q_out_s1) * 2 + p.dn * 2;  // rope part
-  const int64_t nope_s1 = p.q_nope_s1 * 2, pe_s1 = p.q_pe_s1 * 2, out_s1 = p.q_out_s1 * 2;
-  // neox: byte offsets of a unit's a half and b half inside the rope row, per unit j
-  const int64_t neox_b_bytes = half * 2;
-
-  for (int32_t first = tid; first < units; first += rk_fast_batch * nthreads) {
-    uint32_t w[rk_fast_batch][4];
-    int32_t hh[rk_fast_batch], rr[rk_fast_batch];
-    // 1. every q load of the batch
-    ROPEKV_UNROLL
-    for (int k = 0; k < rk_fast_batch; ++k) {
-      const int32_t u = first + k * nthreads;
-      rr[k] = -1;
-      hh[k] = 0;
-      if (u < units) {
-        const int32_t h = u / units_per_head;
-        const int32_t r = u - h * units_per_head;
-        hh[k] = h;
-        rr[k] = r;
-        if (r < nope_units) {
-          rk_load_words(nope_base + h * nope_s1 + static_cast<int64_t>(r) * 16, 16, w[k]);
-        } else {
-          const int64_t j = r - nope_units;
-          const char* row = pe_base + h * pe_s1;
-          if (!p.neox) {
-            rk_load_words(row + j * 16, 16, w[k]);
-          } else {
-            rk_load_words(row + j * 8, 8, w[k]);
-#if ROPEKV_MUTATION == 2
-            rk_load_words(row + (p.dr - 4 - 4 * j) * 2, 8, w[k] + 2);  // planted: partner Dr-1-i
-#else
-            rk_load_words(row + neox_b_bytes + j * 8, 8, w[k] + 2);
-#endif
-          }
-        }
-      }
-    }
-    // 2. the cos/sin values of the rope units
-    float cs[rk_fast_batch][4], sn[rk_fast_batch][4];
-    ROPEKV_UNROLL
-    for (int k = 0; k < rk_fast_batch; ++k) {
-      if (rr[k] >= nope_units) {
-        const int64_t j = rr[k] - nope_units;
-        rk_load_table4(p.table_dtype, cos_row + 4 * j * tab_sz, cs[k]);
-        rk_load_table4(p.table_dtype, sin_row + 4 * j * tab_sz, sn[k]);
-      }
-    }
-    // 3. compute and store
-    ROPEKV_UNROLL
-    for (int k = 0; k < rk_fast_batch; ++k) {
-      const int32_t r = rr[k];
-      if (r < 0) continue;
-      const int32_t h = hh[k];
-      if (r < nope_units) {
-        uint32_t o[4];
-        ROPEKV_UNROLL
-        for (int i = 0; i < 4; ++i) o[i] = rk_canon_nan16x2(w[k][i], qt);
-        // the nope part of q_out: the rope part's base minus Dn elements
-        rk_store_words(out_base - p.dn * 2 + h * out_s1 + static_cast<int64_t>(r) * 16, 16, o);
-        continue;
-      }
-      const int64_t j = r - nope_units;
-      uint32_t o[4] = {0u, 0u, 0u, 0u};
-      if (p.neox) {
-        rk_rope4<true>(qt, w[k], cs[k], sn[k], o);
-      } else {
-        rk_rope4<false>(qt, w[k], cs[k], sn[k], o);
-      }
-      char* out_row = out_base + h * out_s1;
-      char* pe_row = pe_base + h * pe_s1;
-      if (!p.neox) {
-        rk_store_words(out_row + j * 16, 16, o);
-        if (p.inplace_q) rk_store_words(pe_row + j * 16, 16, o);  // same dtype, no scale: same bits
-      } else {
-#if ROPEKV_MUTATION == 2
-        const int64_t b_off = (p.dr - 4 - 4 * j) * 2;
-#else
-        const int64_t b_off = neox_b_bytes + j * 8;
-#endif
-        rk_store_words(out_row + j * 8, 8, o);
-        rk_store_words(out_row + b_off, 8, o + 2);
-        if (p.inplace_q) {
-          rk_store_words(pe_row + j * 8, 8, o);
-          rk_store_words(pe_row + b_off, 8, o + 2);
-        }
-      }
-    }
-  }
-}
-
-// ------------------------------------------------------------------ fast_v3
-// One thread per 16-byte chunk (8 elements of 16 bits) of output, no loops over heads or rows.
-// grid.y strides over tokens; grid.x * blockDim.x covers the chunks of one token, ordered so
-// that a warp runs one kind of chunk (rk_v3_chunk): the q nope chunks of all heads, then the q
-// rope units of all heads, then the cache entry's Dn / 8 nope chunks, then its rope units.
-// The kernel is a template over its dtypes and rope style (rk_v3_spec): see rk_v3_visit.
+// ------------------------------------------------------------------ fast_v4 specialisation and units
 // A rope unit is 8 elements: gptj the 4 pairs of elements [8u, 8u + 8); neox (Dr % 16 == 0)
 // the 8 pairs (i, i + Dr/2) for i in [8u, 8u + 8): a 16-byte load from each half.
 // Arithmetic and conversions are those of the general path (rk_rope4_f, rk_to_output,
-// rk_canon_nan16), so the bytes are identical. Preconditions (host, launch_plan.h
-// rk_v3_refusal): q f16|bf16 with q_out of the same dtype; kv f16|bf16 with the cache of the
-// same dtype or fp8; Dn % 8 == 0; Dr % 8 (gptj) or % 16 (neox) == 0; every row 16-byte aligned
-// (8-byte for an fp8 cache); table rows aligned to 4 values; no in-place rope.
+// rk_canon_nan16), so the bytes are identical.
 
-// Compile-time specialisation: fast_v3 is a template over the few things that change
+// Compile-time specialisation: fast_v4 is a template over the few things that change
 // its code: q/kv dtype (Q, also kv's), cache dtype (C), rope style (NEOX), table dtype (T). A
-// value rk_v3_dyn means "read it from rk_params at run time": rk_v3_generic is the one
+// value rk_v4_dyn means "read it from rk_params at run time": rk_v4_generic is the one
 // instantiation that covers every problem the plan accepts. The host picks the instantiation
-// once (launch_plan.h rk_v3_visit). The conversions are the same functions as everywhere else
+// once (launch_plan.h rk_v4_visit). The conversions are the same functions as everywhere else
 // (rk_encode, rk_decode, rk_to_output, rk_canon_nan16x2) called with a compile-time dtype, so
 // the compiler folds their switches away and the bytes stay those of the general path.
-constexpr int32_t rk_v3_dyn = -1;
+constexpr int32_t rk_v4_dyn = -1;
 template <int32_t Q, int32_t C, int32_t NEOX, int32_t T>
-struct rk_v3_spec {
+struct rk_v4_spec {
   static constexpr int32_t q = Q, cache = C, neox = NEOX, table = T;
 };
-using rk_v3_generic = rk_v3_spec<rk_v3_dyn, rk_v3_dyn, rk_v3_dyn, rk_v3_dyn>;
+using rk_v4_generic = rk_v4_spec<rk_v4_dyn, rk_v4_dyn, rk_v4_dyn, rk_v4_dyn>;
 
 // 8 rope values -> cache dtype ct (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
 // Two scaled values -> two fp8 codes of ct (lo in bits 0-7): fp8_encode.h's pair encoder (the
@@ -957,7 +816,7 @@ ROPEKV_DEVICE void rk_pack8(const float* v, const rk_side_scale& ks, int32_t ct,
 
 // Rotates one rope unit: gptj w = 8 lanes of the unit; neox wa, wb = the 8 lanes of each half.
 // cs/sn: the unit's cos/sin (4 values gptj, 8 neox). Results r[0..8) (gptj) or ra, rb (neox).
-ROPEKV_DEVICE void rk_v3_rope(bool neox, int32_t t, const uint32_t* wa, const uint32_t* wb,
+ROPEKV_DEVICE void rk_v4_rope(bool neox, int32_t t, const uint32_t* wa, const uint32_t* wb,
                               const float* cs, const float* sn, float* ra, float* rb) {
   if (!neox) {
     rk_rope4_f<false>(t, wa, cs, sn, ra);
@@ -1041,7 +900,7 @@ ROPEKV_DEVICE int rk_cache_chunk8(const rk_side_scale& ks, int32_t kt, int32_t c
 }
 
 // Whether nope chunk j of a row of `chunks` chunks is written (mutation 3: the last one is not).
-ROPEKV_DEVICE bool rk_v3_nope_written(int32_t j, int32_t chunks) {
+ROPEKV_DEVICE bool rk_v4_nope_written(int32_t j, int32_t chunks) {
 #if ROPEKV_MUTATION == 3
   return j != chunks - 1;  // planted bug: the tail chunk of every nope row is dropped
 #else
@@ -1059,105 +918,25 @@ ROPEKV_DEVICE bool rk_position_ok(const rk_params& p, int64_t* pos) {
   *pos = *pos < 0 ? 0 : p.table_rows - 1;
   return true;
 }
-// The position of token t for its rope chunks, loaded and checked (rk_position_ok).
-ROPEKV_DEVICE bool rk_v3_position(const rk_params& p, int64_t t, int64_t* pos_out) {
-  *pos_out = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
-  return rk_position_ok(p, pos_out);
-}
-
-// One thread of fast_v3: chunk c of token t. Chunk order (warp-uniform kinds):
-//   [0, H * nq)                  q nope chunks, head-major (nq = v3_q_nope_cpr, 0 zero-copy):
-//                                pure copy; reads the slot only with pad_q = skipped, never the
-//                                position
-//   [H * nq, v3_q_chunks)        q rope units, head-major (units = v3_q_cpr - nq per head)
-//   [v3_q_chunks, + cache_nope)  the cache entry's nope chunks (slot, no position)
-//   [.., v3_token_chunks)        the cache entry's rope units (slot and position)
-// An out-of-range position (unchecked device values, error mode) skips the rope chunks only:
-// the nope chunks never read it (the general path then writes nothing for the token).
-template <class S>
-ROPEKV_DEVICE void rk_v3_chunk(const rk_params& p, int64_t t, int32_t c) {
-  const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
-  const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;  // specialised only when kv dtype == q dtype
-  const int32_t ct = S::cache >= 0 ? S::cache : p.cache.dtype;
-  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
-  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
-  const int64_t half_bytes = p.dr;  // Dr/2 elements of 2 bytes (q and kv are 16-bit here)
-  const int32_t q_units = p.v3_q_cpr - p.v3_q_nope_cpr;
-  if (c < p.v3_q_nope_chunks) {  // q nope: copy with NaN canonicalisation
-    if (t >= p.tq) return;
-    if (!p.pad_q_computed && rk_load_index(p.slots, t, p.slots_s0, p.slots_i64) < 0) return;
-    const int32_t h = c / p.v3_q_nope_cpr;
-    const int32_t j = c - h * p.v3_q_nope_cpr;
-    if (!rk_v3_nope_written(j, p.v3_q_nope_cpr)) return;
-    uint32_t w[4];
-    rk_load_words(p.q_nope + (t * p.q_nope_s0 + h * p.q_nope_s1) * 2 + j * 16, 16, w);
-    rk_canon_nan16x8(w, qt);
-    rk_store_words(p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + j * 16, 16, w);
-    return;
-  }
-  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
-  uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
-  float cs[8], sn[8], ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  int64_t pos = 0;
-  if (c < p.v3_q_chunks) {  // q rope unit
-    if (!(t < p.tq && (slot >= 0 || p.pad_q_computed))) return;
-    if (!rk_v3_position(p, t, &pos)) return;
-    const int32_t cr = c - p.v3_q_nope_chunks;
-    const int32_t h = cr / q_units;
-    const int32_t u = cr - h * q_units;
-    const char* pe_row = p.q_pe + (t * p.q_pe_s0 + h * p.q_pe_s1) * 2;
-    rk_load_words(pe_row + u * 16, 16, wa);
-    if (neox) rk_load_words(pe_row + half_bytes + u * 16, 16, wb);
-    rk_load_cos_sin_unit(p, tt, neox, pos, u, cs, sn);
-    rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
-    rk_store_q_rope_unit(qt, neox, p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2 + p.dn * 2,
-                         half_bytes, u, ra, rb);
-    return;
-  }
-  // the cache entry of token t
-  if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
-  const int32_t j = c - p.v3_q_chunks;
-  if (j < p.v3_cache_nope_cpr) {
-    if (!rk_v3_nope_written(j, p.v3_cache_nope_cpr)) return;
-    rk_load_words(p.kv_c + t * p.kv_c_s0 * 2 + j * 16, 16, wa);
-    char* dst = p.cache.feature(p.cache.entry(p.cache.nope, slot), static_cast<int64_t>(j) * 8);
-    p.cache.store(dst, rk_cache_chunk8(rk_k_scale_for(p, ct), kt, ct, wa), wa);
-    return;
-  }
-  if (!rk_v3_position(p, t, &pos)) return;
-  const int32_t u = j - p.v3_cache_nope_cpr;
-  const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;
-  rk_load_words(kpe_row + u * 16, 16, wa);
-  if (neox) rk_load_words(kpe_row + half_bytes + u * 16, 16, wb);
-  rk_load_cos_sin_unit(p, tt, neox, pos, u, cs, sn);
-  rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-  rk_store_cache_rope_unit(p, rk_k_scale_for(p, ct), ct, neox, slot, u, ra, rb);
-}
-
-// The fast_v3 kernel body: grid.x * blockDim.x >= chunks of one token, grid.y strides tokens.
-template <class S>
-ROPEKV_DEVICE void rk_fast3_body(const rk_params& p) {
-  const int32_t c = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (c >= p.v3_token_chunks) return;
-  for (int64_t t = blockIdx.y; t < p.ts; t += gridDim.y) rk_v3_chunk<S>(p, t, c);
-}
-
 // ------------------------------------------------------------------ fast_v4
 // One group of 32 consecutive threads per row (no warp intrinsics: on a 64-wide AMD wavefront a
 // wave holds two groups). A row is a q_out row (token t, head h) or a cache entry (token t),
 // each [Dn nope | Dr rope]. Lane l of the group copies nope chunks l, l + 32, ... (8 elements,
 // 16 bytes; Dn = 512: two per lane, both loaded before the first store) and, for l < units,
-// rotates rope unit l (the fast_v3 unit: gptj 4 pairs of one 16-byte load, neox 8 pairs from
-// a 16-byte load in each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
+// rotates rope unit l (gptj 4 pairs of one 16-byte load, neox 8 pairs from a 16-byte load in
+// each half). Every load a row needs (slot, position, q_pe/k_pe unit, the
 // first nope batch) is issued before the first wait; the cos/sin loads wait for the position
 // only. Groups, token-major (rk_fast4_body): a token's cache entry (its nope part split over
 // 2^kv_split_log2 groups, its rope units in part 0 or, with kv_rope_group, in a group of their
 // own after them), then its q rows (32 lanes per row, or with zero-copy concat, no nope chunks,
 // 2^q_lanes_log2 >= units lanes per row and several rows per group). Cache slice s takes nope
 // chunks s*32 + l, (s + split)*32 + l, ... The group index is split into (token, group) by a
-// host-computed multiply-high division (rk_div_u32). Same preconditions, same conversions and
-// rope arithmetic as fast_v3 (rk_v3_refusal): bytes identical to the general
-// path; same behaviour for unchecked device values (an out-of-range position skips the rope
+// host-computed multiply-high division (rk_div_u32). Preconditions (host, launch_plan.h
+// rk_v4_refusal): q f16|bf16 with q_out of the same dtype; kv f16|bf16 with the cache of the
+// same dtype or fp8; Dn % 8 == 0; Dr % 8 (gptj) or % 16 (neox) == 0, at most 32 rope units;
+// every row 16-byte aligned (8-byte for an fp8 cache); table rows aligned to 4 values; one kv
+// head; no in-place rope. Same conversions and rope arithmetic as the general body: bytes
+// identical to it; same behaviour for unchecked device values (an out-of-range position skips the rope
 // units, an out-of-range slot the cache entry). Decode outputs (rk_v4_zero_row and the stores
 // after a row's rope unit) go with the q row / cache entry they belong to: the zero buffer with
 // the q row's nope chunks, decode_q_pe_out and k_pe_out with its rope units.
@@ -1220,7 +999,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = lane + k * lanes;
-    if (j < nc && rk_v3_nope_written(j, nc)) {
+    if (j < nc && rk_v4_nope_written(j, nc)) {
       rk_canon_nan16x8(w[k], qt);
       rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
     }
@@ -1234,7 +1013,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * lanes;
-      if (j < nc && rk_v3_nope_written(j, nc)) {
+      if (j < nc && rk_v4_nope_written(j, nc)) {
         rk_canon_nan16x8(w[k], qt);
         rk_store_words(out_row + static_cast<int64_t>(j) * 16, 16, w[k]);
       }
@@ -1244,7 +1023,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
   if ((D & 1) && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  rk_v4_rope(neox, qt, wa, wb, cs, sn, ra, rb);
   if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + p.dn * 2, p.dr, lane, ra, rb);
@@ -1291,7 +1070,7 @@ ROPEKV_DEVICE void rk_v4_q_rope_rows(const rk_params& p, int64_t t, int64_t h0, 
     const int64_t h = h0 + i * step;
     if (i < p.v4_zc_rows && h < p.heads) {
       float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      rk_v3_rope(neox, qt, wa[i], wb[i], cs, sn, ra, rb);
+      rk_v4_rope(neox, qt, wa[i], wb[i], cs, sn, ra, rb);
       if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
         rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h), p.dr, lane, ra, rb);
       char* out_row = p.q_out + (t * p.q_out_s0 + h * p.q_out_s1) * 2;  // [Dn + Dr]
@@ -1349,7 +1128,7 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = lane + k * 32;
-      if (r < rows && j < nc && rk_v3_nope_written(j, nc)) {
+      if (r < rows && j < nc && rk_v4_nope_written(j, nc)) {
         rk_canon_nan16x8(w[r][k], qt);
         rk_store_words(out_row + r * out_s1 + static_cast<int64_t>(j) * 16, 16, w[r][k]);
       }
@@ -1365,7 +1144,7 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
       ROPEKV_UNROLL
       for (int k = 0; k < rk_v4_batch; ++k) {
         const int32_t j = first + k * 32;
-        if (j < nc && rk_v3_nope_written(j, nc)) {
+        if (j < nc && rk_v4_nope_written(j, nc)) {
           rk_canon_nan16x8(w[0][k], qt);
           rk_store_words(out_row + r * out_s1 + static_cast<int64_t>(j) * 16, 16, w[0][k]);
         }
@@ -1377,7 +1156,7 @@ ROPEKV_DEVICE void rk_v4_q_row_pair(const rk_params& p, int64_t t, int64_t h0, i
   }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  rk_v3_rope(neox, qt, wa, wb, cs, sn, ra, rb);
+  rk_v4_rope(neox, qt, wa, wb, cs, sn, ra, rb);
   if ((D & 1) && t < p.num_decode && p.decode_q_pe_out != nullptr)
     rk_store_q_rope_unit(qt, neox, rk_v4_dec_q_pe_row(p, t, h0 + second), p.dr, unit, ra, rb);
   rk_store_q_rope_unit(qt, neox, out_row + second * out_s1 + p.dn * 2, p.dr, unit, ra, rb);
@@ -1420,7 +1199,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   ROPEKV_UNROLL
   for (int k = 0; k < rk_v4_batch; ++k) {
     const int32_t j = (k * split + part) * 32 + lane;
-    if (j < nc && rk_v3_nope_written(j, nc)) {
+    if (j < nc && rk_v4_nope_written(j, nc)) {
       const int bytes = rk_cache_chunk8(ks, kt, ct, w[k]);
       p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
     }
@@ -1434,7 +1213,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
     ROPEKV_UNROLL
     for (int k = 0; k < rk_v4_batch; ++k) {
       const int32_t j = first + k * split * 32;
-      if (j < nc && rk_v3_nope_written(j, nc)) {
+      if (j < nc && rk_v4_nope_written(j, nc)) {
         const int bytes = rk_cache_chunk8(ks, kt, ct, w[k]);
         p.cache.store(p.cache.feature(nope_dst, static_cast<int64_t>(j) * 8), bytes, w[k]);
       }
@@ -1442,7 +1221,7 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
   }
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+  rk_v4_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   // decode output k_pe_out [Tk, Dr] (kv's 16-bit dtype, unscaled): with the cache entry's rope
   if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
   rk_store_cache_rope_unit(p, ks, ct, neox, slot, lane, ra, rb);
@@ -1538,7 +1317,7 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
     float cs[8], sn[8];
     rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
     float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    rk_v3_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+    rk_v4_rope(neox, kt, wa, wb, cs, sn, ra, rb);
     if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
     char* rope = p.cache.entry(p.cache.nope, slot) + rk_ds_rope_at;
     uint32_t o[4] = {0u, 0u, 0u, 0u};
@@ -1672,13 +1451,7 @@ ROPEKV_DEVICE void rk_fused_body(const rk_params& p) {
   const char* cos_row = p.cos + pos * p.cos_s0 * rk_size_bytes(p.table_dtype);
   const char* sin_row = p.sin + pos * p.sin_s0 * rk_size_bytes(p.table_dtype);
 
-  if (write_q) {
-    if (p.fast_q) {
-      rk_fast_q(p, t, group, cos_row, sin_row);
-    } else {
-      rk_general_q(p, t, group, cos_row, sin_row);
-    }
-  }
+  if (write_q) rk_general_q(p, t, group, cos_row, sin_row);
   if (write_cache) {
     if (p.ds_mla) {
       rk_write_ds_mla_entry(p, t, slot, cos_row, sin_row);

@@ -15,7 +15,7 @@
 
 namespace ropekv_gpu {
 
-enum class rk_kernel { fused, fast3, fast4 };  // rk_fused_body (general, fast_v2), rk_fast3_body, rk_fast4_body
+enum class rk_kernel { fused, fast4 };  // rk_fused_body (the general body), rk_fast4_body (fast_v4)
 
 struct rk_launch {
   rk_params params{};
@@ -32,17 +32,6 @@ struct rk_launch {
 
 inline constexpr uint32_t rk_block_threads = 128;      // general path
 inline constexpr uint32_t rk_max_block_threads = 256;  // __launch_bounds__ of the kernel
-// fast_v3's __launch_bounds__ min blocks per SM: 3 x 256 threads caps it at 80 registers on
-// sm_90 (no spills; 4 spills), 24 warps per SM in flight instead of 16 at its natural 102.
-inline constexpr int rk_fast3_min_blocks = 3;
-// A specialised fast_v3 instantiation (kernel.h rk_v3_spec) needs <= 56 registers on sm_90 with
-// no cap: 4 x 256 threads per SM (64-register cap, no spills), 32 warps in flight.
-template <class S>
-inline constexpr int rk_fast3_min_blocks_for = S::q >= 0 ? 4 : rk_fast3_min_blocks;
-// Fast path sizing: at least this many blocks when the problem allows (4 per SM of an H200,
-// 132 SMs), at most rk_fast_max_units units (16 bytes each) per block.
-inline constexpr int64_t rk_fast_target_blocks = 4 * 132;
-inline constexpr int64_t rk_fast_max_units = 1024;
 inline constexpr int64_t rk_max_grid_y = 65535;
 inline constexpr int64_t rk_max_grid_x = 2147483647;
 
@@ -72,49 +61,17 @@ inline int64_t rk_heads_per_block(int64_t heads, int64_t dn, int64_t dr, int vec
   return hpb;
 }
 
-// Decode outputs (core/SPEC.md): the general body (rk_fused_body without fast_q) and fast_v4
-// (16-byte rows: rk_v4_decode_refusal) write them; fast_v2 (rk_fast_q) and fast_v3 do not, so
-// such cases never reach them.
+// Decode outputs (core/SPEC.md): the general body (rk_fused_body) and fast_v4 (16-byte rows:
+// rk_v4_decode_refusal) write them.
 inline bool rk_has_decode_outputs(const rk_params& p) {
   return p.decode_q_pe_out != nullptr || p.q_nope_zeros_out != nullptr || p.k_pe_out != nullptr;
 }
 
-// The q-side conditions both fast paths need: 16-bit q and q_out of one dtype, ...
-inline std::string rk_fast_q_dtype_refusal(const rk_params& p) {
-  if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
-  if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
-  return {};
-}
-// ... row widths, a table dtype they specialise, and 16-byte q rows: base and both outer
-// strides (2-byte elements: strides multiple of 8).
-inline std::string rk_fast_q_rows_refusal(const rk_params& p) {
-  if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
-  if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
-    return "table dtype";
-  if (!p.skip_q_nope && (!rk_aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
-    return "q_nope rows not 16-byte aligned";
-  if (!rk_aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
-    return "q_pe rows not 16-byte aligned";
-  if (!rk_aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
-    return "q_out rows not 16-byte aligned";
-  return {};
-}
 inline std::string rk_cos_sin_refusal(const rk_params& p) {
   const int64_t tab4 = 4 * rk_size_bytes(p.table_dtype);
   if (!rk_aligned(p.cos, tab4) || !rk_aligned(p.sin, tab4) || p.cos_s0 % 4 != 0 || p.sin_s0 % 4 != 0)
     return "cos/sin rows not aligned to 4 values";
   return {};
-}
-
-// "" when the fast q path (kernel.h rk_fast_q) may run on these params, else why not.
-inline std::string rk_fast_q_refusal(const rk_params& p) {
-  if (rk_variant_overrides().force_general) return "forced general";
-  if (rk_has_decode_outputs(p)) return "decode outputs";
-  std::string why = rk_fast_q_dtype_refusal(p);
-  if (!why.empty()) return why;
-  if (p.dn % 8 != 0 || p.dr % 8 != 0) return "Dn or Dr not a multiple of 8";
-  why = rk_fast_q_rows_refusal(p);
-  return why.empty() ? rk_cos_sin_refusal(p) : why;
 }
 
 // "" when the decode outputs (if any) suit fast_v4's stores (kernel.h rk_v4_zero_row,
@@ -131,21 +88,32 @@ inline std::string rk_v4_decode_refusal(const rk_params& p) {
   return {};
 }
 
-// "" when fast_v3's preconditions hold, decode outputs aside (fast_v4 takes those, fast_v3 not).
-inline std::string rk_v3_v4_refusal(const rk_params& p) {
+// "" when fast_v4 (kernel.h rk_fast4_body) may run on these params, else why not. Anything it
+// refuses runs the general body (rk_fused_body).
+inline std::string rk_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
+  if (ov.no_v4) return "v4 disabled";
   if (ov.force_general) return "forced general";
-  if (ov.no_v3) return "v3 disabled";
   if (p.kv_heads != 1) return "kv heads > 1";
   if (p.inplace_q || p.inplace_k) return "in-place rope";
-  std::string why = rk_fast_q_dtype_refusal(p);
-  if (!why.empty()) return why;
+  // 16-bit q and q_out of one dtype, kv the same or the other 16-bit dtype
+  if (p.q_dtype != rk_bf16 && p.q_dtype != rk_f16) return "q dtype not f16/bf16";
+  if (p.q_out_dtype != p.q_dtype) return "q_out dtype differs from q";
   if (p.k_dtype != rk_bf16 && p.k_dtype != rk_f16) return "kv dtype not f16/bf16";
   if (p.cache.dtype != p.k_dtype && !rk_is_fp8(p.cache.dtype)) return "cache dtype neither kv's nor fp8";
   if (p.dn % 8 != 0) return "Dn not a multiple of 8";
   if (p.dr % (p.neox ? 16 : 8) != 0) return "Dr not a multiple of 8 (gptj) / 16 (neox)";
-  why = rk_fast_q_rows_refusal(p);
-  if (!why.empty()) return why;
+  if (p.dn > (int64_t{1} << 16) || p.dr > (int64_t{1} << 16)) return "row widths beyond 2^16";
+  // a table dtype it specialises, and 16-byte q rows: base and both outer strides (2-byte
+  // elements: strides multiple of 8)
+  if (p.table_dtype != rk_bf16 && p.table_dtype != rk_f16 && p.table_dtype != rk_f32)
+    return "table dtype";
+  if (!p.skip_q_nope && (!rk_aligned(p.q_nope, 16) || p.q_nope_s0 % 8 != 0 || p.q_nope_s1 % 8 != 0))
+    return "q_nope rows not 16-byte aligned";
+  if (!rk_aligned(p.q_pe, 16) || p.q_pe_s0 % 8 != 0 || p.q_pe_s1 % 8 != 0)
+    return "q_pe rows not 16-byte aligned";
+  if (!rk_aligned(p.q_out, 16) || p.q_out_s0 % 8 != 0 || p.q_out_s1 % 8 != 0)
+    return "q_out rows not 16-byte aligned";
   if (!rk_aligned(p.kv_c, 16) || p.kv_c_s0 % 8 != 0) return "kv_c rows not 16-byte aligned";
   if (!rk_aligned(p.k_pe, 16) || p.k_pe_s0 % 8 != 0) return "k_pe rows not 16-byte aligned";
   // cache entries: 8 elements = 16 bytes (16-bit) or 8 bytes (fp8), base and both strides
@@ -157,38 +125,21 @@ inline std::string rk_v3_v4_refusal(const rk_params& p) {
   } else {
     const int64_t c8 = 8 * rk_size_bytes(p.cache.dtype);
     // (and the addresses the kernel's own rk_paged_cache::entry forms: under ROPEKV_MUTATION 1
-    // they are misaligned, so v3 is refused and the general path carries the planted bug)
+    // they are misaligned, so fast_v4 is refused and the general path carries the planted bug)
     for (const rk_paged_part* part : {&p.cache.nope, &p.cache.rope})
       if (!rk_aligned(part->base, c8) || part->block_stride_elems % 8 != 0 || part->entry_stride_elems % 8 != 0 ||
           part->tile_stride_elems % 8 != 0 ||
           (p.cache.num_slots > 0 && !rk_aligned(p.cache.entry(*part, 0), c8)))
         return "cache entries not aligned to 8 elements";
   }
-  why = rk_cos_sin_refusal(p);
+  std::string why = rk_cos_sin_refusal(p);
   if (!why.empty()) return why;
   const int64_t units = p.dr / (p.neox ? 16 : 8);
   const int64_t token_chunks = p.heads * ((p.skip_q_nope ? 0 : p.dn / 8) + units) + p.dn / 8 + units;
   if (token_chunks > (int64_t{1} << 30)) return "chunks per token beyond 2^30";
-  return {};
-}
-
-// "" when fast_v3 (kernel.h rk_fast3_body) may run on these params, else why not.
-inline std::string rk_v3_refusal(const rk_params& p) {
-  if (rk_has_decode_outputs(p)) return "decode outputs";
-  if (p.ds_mla) return "layout fp8_ds_mla";
-  return rk_v3_v4_refusal(p);
-}
-
-// "" when fast_v4 (kernel.h rk_fast4_body) may run on these params, else why not: fast_v3's
-// preconditions (decode outputs allowed, in 16-byte rows), at most 32 rope units per row (one
-// lane each) and 32-bit row indices.
-inline std::string rk_v4_refusal(const rk_params& p) {
-  if (rk_variant_overrides().no_v4) return "v4 disabled";
-  std::string why = rk_v3_v4_refusal(p);
-  if (!why.empty()) return why;
   why = rk_v4_decode_refusal(p);
   if (!why.empty()) return why;
-  if (p.dr / (p.neox ? 16 : 8) > 32) return "more than 32 rope units per row";
+  if (units > 32) return "more than 32 rope units per row";
   if (p.tq * (p.heads + 4) >= (int64_t{1} << 31)) return "Tq x (H + 4) beyond 2^31";
   if (p.ts >= (int64_t{1} << 28)) return "Ts beyond 2^28";
   return {};
@@ -212,45 +163,45 @@ inline std::string rk_unsupported_reason(const ropekv::op_args& a) {
   return {};
 }
 
-// fast_v3's compile-time instantiations (kernel.h rk_v3_spec): q (= kv) bf16|f16 x cache {the
+// fast_v4's compile-time instantiations (kernel.h rk_v4_spec): q (= kv) bf16|f16 x cache {the
 // same dtype, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz} x {gptj, neox} x table {q's dtype, f32}: 40.
-// Everything else fast_v3 accepts (kv dtype != q dtype, an f16 table with bf16 q, ...) runs the
-// generic instantiation rk_v3_generic (dtypes read at run time), as does
-// rk_variant_overrides().v3_generic.
+// Everything else fast_v4 accepts (kv dtype != q dtype, an f16 table with bf16 q, ...) runs the
+// generic instantiation rk_v4_generic (dtypes read at run time), as does
+// rk_variant_overrides().v4_generic.
 // Layout fp8_ds_mla (the cache "dtype" e4m3fn: its nope codes) with decode outputs runs the
 // generic one too (fewer instantiations: kernel.h rk_v4_ds_mla_row, D = 3).
-inline bool rk_v3_specialised(const rk_params& p) {
-  return !rk_variant_overrides().v3_generic && p.k_dtype == p.q_dtype && !(p.ds_mla && rk_has_decode_outputs(p)) &&
+inline bool rk_v4_specialised(const rk_params& p) {
+  return !rk_variant_overrides().v4_generic && p.k_dtype == p.q_dtype && !(p.ds_mla && rk_has_decode_outputs(p)) &&
          (p.q_dtype == rk_bf16 || p.q_dtype == rk_f16) &&
          (p.cache.dtype == p.q_dtype || rk_is_fp8(p.cache.dtype)) &&
          (p.table_dtype == p.q_dtype || p.table_dtype == rk_f32);
 }
 
 template <int32_t Q, int32_t NEOX, int32_t C, class F>
-void rk_v3_visit_table(const rk_params& p, F&& f) {
-  if (p.table_dtype == Q) return f(rk_v3_spec<Q, C, NEOX, Q>{});
-  if (p.table_dtype == rk_f32) return f(rk_v3_spec<Q, C, NEOX, rk_f32>{});
-  throw ropekv::error("rk_v3_visit: table dtype " + std::to_string(p.table_dtype) + " not specialised");
+void rk_v4_visit_table(const rk_params& p, F&& f) {
+  if (p.table_dtype == Q) return f(rk_v4_spec<Q, C, NEOX, Q>{});
+  if (p.table_dtype == rk_f32) return f(rk_v4_spec<Q, C, NEOX, rk_f32>{});
+  throw ropekv::error("rk_v4_visit: table dtype " + std::to_string(p.table_dtype) + " not specialised");
 }
 // Calls f(S{}) once, S = the instantiation for p among those with q dtype Q and style NEOX
-// (p specialised, its q dtype Q and style NEOX: rk_v3_visit_q_style decided).
+// (p specialised, its q dtype Q and style NEOX: rk_v4_visit_q_style decided).
 template <int32_t Q, int32_t NEOX, class F>
-void rk_v3_visit_cache(const rk_params& p, F&& f) {
-  if (p.cache.dtype == Q) return rk_v3_visit_table<Q, NEOX, Q>(p, f);
+void rk_v4_visit_cache(const rk_params& p, F&& f) {
+  if (p.cache.dtype == Q) return rk_v4_visit_table<Q, NEOX, Q>(p, f);
   switch (p.cache.dtype) {
-    case rk_e4m3fn: return rk_v3_visit_table<Q, NEOX, rk_e4m3fn>(p, f);
-    case rk_e4m3fnuz: return rk_v3_visit_table<Q, NEOX, rk_e4m3fnuz>(p, f);
-    case rk_e5m2: return rk_v3_visit_table<Q, NEOX, rk_e5m2>(p, f);
-    case rk_e5m2fnuz: return rk_v3_visit_table<Q, NEOX, rk_e5m2fnuz>(p, f);
+    case rk_e4m3fn: return rk_v4_visit_table<Q, NEOX, rk_e4m3fn>(p, f);
+    case rk_e4m3fnuz: return rk_v4_visit_table<Q, NEOX, rk_e4m3fnuz>(p, f);
+    case rk_e5m2: return rk_v4_visit_table<Q, NEOX, rk_e5m2>(p, f);
+    case rk_e5m2fnuz: return rk_v4_visit_table<Q, NEOX, rk_e5m2fnuz>(p, f);
     default:
-      throw ropekv::error("rk_v3_visit: cache dtype " + std::to_string(p.cache.dtype) + " not specialised");
+      throw ropekv::error("rk_v4_visit: cache dtype " + std::to_string(p.cache.dtype) + " not specialised");
   }
 }
 // Calls f(Q, NEOX) once, as std::integral_constant<int32_t, ...> values: the q dtype and style
-// of a specialised p (the first two levels of rk_v3_visit; the sim compiles each (Q, NEOX)
+// of a specialised p (the first two levels of rk_v4_visit; the sim compiles each (Q, NEOX)
 // quarter of the instantiations in its own translation unit).
 template <class F>
-void rk_v3_visit_q_style(const rk_params& p, F&& f) {
+void rk_v4_visit_q_style(const rk_params& p, F&& f) {
   using bf16 = std::integral_constant<int32_t, rk_bf16>;
   using f16 = std::integral_constant<int32_t, rk_f16>;
   using gptj = std::integral_constant<int32_t, 0>;
@@ -259,15 +210,15 @@ void rk_v3_visit_q_style(const rk_params& p, F&& f) {
     case rk_bf16: return p.neox ? f(bf16{}, neox{}) : f(bf16{}, gptj{});
     case rk_f16: return p.neox ? f(f16{}, neox{}) : f(f16{}, gptj{});
     default:
-      throw ropekv::error("rk_v3_visit: q dtype " + std::to_string(p.q_dtype) + " not specialised");
+      throw ropekv::error("rk_v4_visit: q dtype " + std::to_string(p.q_dtype) + " not specialised");
   }
 }
-// Calls f(S{}) once, S = the fast_v3 instantiation for p (dispatch once, on the host).
+// Calls f(S{}) once, S = the fast_v4 instantiation for p (dispatch once, on the host).
 template <class F>
-void rk_v3_visit(const rk_params& p, F&& f) {
-  if (!rk_v3_specialised(p)) return f(rk_v3_generic{});
-  rk_v3_visit_q_style(p, [&](auto q, auto neox) {
-    rk_v3_visit_cache<decltype(q)::value, decltype(neox)::value>(p, f);
+void rk_v4_visit(const rk_params& p, F&& f) {
+  if (!rk_v4_specialised(p)) return f(rk_v4_generic{});
+  rk_v4_visit_q_style(p, [&](auto q, auto neox) {
+    rk_v4_visit_cache<decltype(q)::value, decltype(neox)::value>(p, f);
   });
 }
 
@@ -283,9 +234,9 @@ inline const char* rk_dtype_short(int32_t t) {
     default: throw ropekv::error("rk_dtype_short: unknown kernel dtype " + std::to_string(t));
   }
 }
-// "bf16/e4m3fn/gptj/f32" for a specialised fast_v3 launch, "generic" otherwise.
-inline std::string rk_v3_spec_name(const rk_params& p) {
-  if (!rk_v3_specialised(p)) return "generic";
+// "bf16/e4m3fn/gptj/f32" for a specialised fast_v4 launch, "generic" otherwise.
+inline std::string rk_v4_spec_name(const rk_params& p) {
+  if (!rk_v4_specialised(p)) return "generic";
   return std::string(rk_dtype_short(p.q_dtype)) + "/" + rk_dtype_short(p.cache.dtype) + "/" +
          (p.neox ? "neox" : "gptj") + "/" + rk_dtype_short(p.table_dtype);
 }
@@ -519,68 +470,22 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     l.grid_x = static_cast<uint32_t>(std::max<int64_t>((groups + wpb - 1) / wpb, 1));
     l.grid_y = 1;
     l.variant = "fast_v4(wpb" + std::to_string(wpb) + ",kvs" + std::to_string(1 << kvs) +
-                (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v3_spec_name(p) + ")";
+                (p.v4_kv_rope_group ? "+r" : "") + (p.v4_q_pairs ? "+qp" : "") + "," + rk_v4_spec_name(p) + ")";
     if (p.skip_q_nope) l.variant += "+zero_copy" + (p.v4_zc_rows > 1 ? "(rows" + std::to_string(p.v4_zc_rows) + ")" : std::string());
     if (rk_has_decode_outputs(p)) l.variant += "+decode";
     if (p.ds_mla) l.variant += "+ds_mla(st" + std::to_string(p.v4_ds_align) + ")";
     return l;
   }
-  if (rk_v3_refusal(p).empty()) {
-    // fast_v3: one thread per 8-element chunk; grid.x covers one token's chunks, grid.y tokens.
-    const int32_t units = static_cast<int32_t>(s.dr / (p.neox ? 16 : 8));
-    p.v3_q_nope_cpr = p.skip_q_nope ? 0 : static_cast<int32_t>(s.dn / 8);
-    p.v3_q_cpr = p.v3_q_nope_cpr + units;
-    p.v3_cache_nope_cpr = static_cast<int32_t>(s.dn / 8);
-    p.v3_q_chunks = static_cast<int32_t>(s.heads) * p.v3_q_cpr;
-    p.v3_q_nope_chunks = static_cast<int32_t>(s.heads) * p.v3_q_nope_cpr;
-    p.v3_token_chunks = p.v3_q_chunks + p.v3_cache_nope_cpr + units;
-    // 256 threads per block, 128 when that leaves fewer than 2 blocks per SM of an H200
-    const int64_t chunks = s.ts * static_cast<int64_t>(p.v3_token_chunks);
-    int64_t threads = chunks / 256 < 2 * 132 ? 128 : 256;
-    if (ov.v3_block_threads > 0)
-      threads = std::min<int64_t>(rk_max_block_threads, (ov.v3_block_threads + 31) / 32 * 32);
-    l.kernel = rk_kernel::fast3;
-    l.block_threads = static_cast<uint32_t>(threads);
-    l.grid_x = static_cast<uint32_t>((p.v3_token_chunks + threads - 1) / threads);
-    l.grid_y = static_cast<uint32_t>(s.ts < rk_max_grid_y ? (s.ts > 0 ? s.ts : 1) : rk_max_grid_y);
-    l.variant = "fast_v3(threads" + std::to_string(threads) + "," + rk_v3_spec_name(p) + ")";
-    if (p.skip_q_nope) l.variant += "+zero_copy" + (p.v4_zc_rows > 1 ? "(rows" + std::to_string(p.v4_zc_rows) + ")" : std::string());
-    return l;
-  }
-  const std::string fast_refusal = rk_fast_q_refusal(p);
-  p.fast_q = fast_refusal.empty();
+  // the general body (rk_fused_body, rk_general_q): everything fast_v4 refuses
   const int vec = rk_vec_elems(p.q_dtype, p.q_out_dtype);
   l.grid_x = static_cast<uint32_t>(s.ts);
-  if (p.fast_q) {
-    // Heads per block: the largest power of two that keeps >= rk_fast_target_blocks blocks and
-    // <= rk_fast_max_units units per block. Block size: about `upt` units per thread (1 for
-    // small problems, where latency rules; rk_fast_batch otherwise), whole warps, 64..256.
-    const int64_t units_per_head = (p.skip_q_nope ? 0 : s.dn / 8) + s.dr / 8;
-    int64_t hpb = 1;
-    while (hpb * 2 <= s.heads && s.ts * ((s.heads + hpb * 2 - 1) / (hpb * 2)) >= rk_fast_target_blocks &&
-           hpb * 2 * units_per_head <= rk_fast_max_units)
-      hpb *= 2;
-    if (ov.heads_per_block > 0) hpb = ov.heads_per_block < s.heads ? ov.heads_per_block : s.heads;
-    if ((s.heads + hpb - 1) / hpb > rk_max_grid_y) hpb = (s.heads + rk_max_grid_y - 1) / rk_max_grid_y;
-    const bool small = s.ts * s.heads <= 8 * 132;
-    const int64_t upt = ov.units_per_thread > 0 ? ov.units_per_thread : (small ? 1 : rk_fast_batch);
-    int64_t threads = (hpb * units_per_head + upt - 1) / upt;
-    threads = (threads + 31) / 32 * 32;
-    if (threads < 64) threads = 64;
-    if (threads > rk_max_block_threads) threads = rk_max_block_threads;
-    p.heads_per_block = hpb;
-    l.block_threads = static_cast<uint32_t>(threads);
-    l.variant = "fast_v2(hpb" + std::to_string(hpb) + ",threads" + std::to_string(threads) +
-                ",batch" + std::to_string(rk_fast_batch) + ")";
-  } else {
-    p.heads_per_block = rk_heads_per_block(s.heads, s.dn, s.dr, vec);
-    if (ov.heads_per_block > 0) p.heads_per_block = ov.heads_per_block < s.heads ? ov.heads_per_block : s.heads;
-    if ((s.heads + p.heads_per_block - 1) / p.heads_per_block > rk_max_grid_y)
-      p.heads_per_block = (s.heads + rk_max_grid_y - 1) / rk_max_grid_y;
-    l.block_threads = rk_block_threads;
-    l.variant = "fused_v1(vec" + std::to_string(vec) + ",hpb" + std::to_string(p.heads_per_block) +
-                ",threads" + std::to_string(rk_block_threads) + ")";
-  }
+  p.heads_per_block = rk_heads_per_block(s.heads, s.dn, s.dr, vec);
+  if (ov.heads_per_block > 0) p.heads_per_block = ov.heads_per_block < s.heads ? ov.heads_per_block : s.heads;
+  if ((s.heads + p.heads_per_block - 1) / p.heads_per_block > rk_max_grid_y)
+    p.heads_per_block = (s.heads + rk_max_grid_y - 1) / rk_max_grid_y;
+  l.block_threads = rk_block_threads;
+  l.variant = "fused_v1(vec" + std::to_string(vec) + ",hpb" + std::to_string(p.heads_per_block) +
+              ",threads" + std::to_string(rk_block_threads) + ")";
   if (p.skip_q_nope) l.variant += "+zero_copy";
   if (rk_has_decode_outputs(p)) l.variant += "+decode";
   if (p.ds_mla) l.variant += "+ds_mla";

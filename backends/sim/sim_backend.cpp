@@ -19,7 +19,7 @@ namespace {
 
 using namespace sim_detail;
 
-// The general kernel (rk_fused_body: general path and fast_v2).
+// The general kernel (rk_fused_body).
 void sim_launch_fused(const ropekv_gpu::rk_launch& l, bool fma) { sim_grid<sim_fused>(l, fma); }
 
 // Whether to run the FMA copy: the CPU has FMA, unless ROPEKV_SIM_FMA=0 asks for the portable
@@ -62,19 +62,18 @@ class sim_backend final : public backend {
 #endif
     if (l.empty) return;
     switch (l.kernel) {
-      case ropekv_gpu::rk_kernel::fast3:
       case ropekv_gpu::rk_kernel::fast4:
-        // the same instantiation the GPU would launch (launch_plan.h rk_v3_visit), in the
+        // the same instantiation the GPU would launch (launch_plan.h rk_v4_visit), in the
         // default copy; the portable copy of an FMA build runs the generic one (same body,
         // dtypes read at run time: the same bits, at half the compile time)
-        if (ROPEKV_SIM_SPECIALISED && (fma_ || !ROPEKV_SIM_FMA_CLONE) && ropekv_gpu::rk_v3_specialised(l.params)) {
+        if (ROPEKV_SIM_SPECIALISED && (fma_ || !ROPEKV_SIM_FMA_CLONE) && ropekv_gpu::rk_v4_specialised(l.params)) {
 #if ROPEKV_SIM_SPECIALISED
-          ropekv_gpu::rk_v3_visit_q_style(l.params, [&](auto q, auto neox) {
+          ropekv_gpu::rk_v4_visit_q_style(l.params, [&](auto q, auto neox) {
             sim_launch_fast_part<decltype(q)::value, decltype(neox)::value>(l, fma_, pin_);
           });
 #endif
         } else {
-          sim_launch_fast<ropekv_gpu::rk_v3_generic>(l, fma_, pin_);
+          sim_launch_fast<ropekv_gpu::rk_v4_generic>(l, fma_, pin_);
         }
         break;
       case ropekv_gpu::rk_kernel::fused:

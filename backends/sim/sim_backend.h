@@ -13,8 +13,8 @@ std::unique_ptr<backend> make_sim_backend();
 // held as compile-time constants); for tests.
 int64_t sim_pinned_launches();
 
-// Whether this build runs fast_v3/fast_v4 in the dtype-specialised instantiations the GPU
-// launches (launch_plan.h rk_v3_visit); false in sanitizer builds, which run every fast launch
+// Whether this build runs fast_v4 in the dtype-specialised instantiations the GPU
+// launches (launch_plan.h rk_v4_visit); false in sanitizer builds, which run every fast launch
 // in the generic instantiation (the same body with its dtypes read at run time; see
 // backends/sim/CMakeLists.txt).
 bool sim_specialised();

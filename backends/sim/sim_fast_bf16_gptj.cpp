@@ -1,4 +1,4 @@
-// The sim's dtype-specialised fast_v3/fast_v4 instantiations with bf16 q and gptj rope (one
+// The sim's dtype-specialised fast_v4 instantiations with bf16 q and gptj rope (one
 // quarter of them; sim_grid.h sim_launch_fast_part). Empty where the sim runs the generic one only.
 #include "backends/sim/sim_grid.h"
 

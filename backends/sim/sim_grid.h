@@ -1,5 +1,5 @@
 // The sim's grid loops (internal to backends/sim): the kernel entries as types, the pins, the
-// OpenMP grid loop and its FMA copy, the fast_v3/fast_v4 launch of an instantiation S. Included
+// OpenMP grid loop and its FMA copy, the fast_v4 launch of an instantiation S. Included
 // by sim_backend.cpp and by the translation units that compile the specialised instantiations.
 #pragma once
 
@@ -38,12 +38,6 @@ template <class S, int R, int D>
 struct sim_fast4 {
   static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
     ropekv_gpu::rk_fast4_body<S, R, D>(p);
-  }
-};
-template <class S>
-struct sim_fast3 {
-  static inline __attribute__((always_inline)) void run(const ropekv_gpu::rk_params& p) {
-    ropekv_gpu::rk_fast3_body<S>(p);
   }
 };
 struct sim_fused {
@@ -171,10 +165,10 @@ void sim_launch_fast4(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
       return;
     }
   }
-  sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v3_generic>>(l, fma);
+  sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v4_generic>>(l, fma);
 }
 
-// fast_v3 / fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v3_visit).
+// fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v4_visit).
 template <class S>
 void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
   switch (l.kernel) {
@@ -198,7 +192,7 @@ void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
             break;
           }
         }
-        throw error("sim_launch_fast: no fp8_ds_mla instantiation " + ropekv_gpu::rk_v3_spec_name(l.params));
+        throw error("sim_launch_fast: no fp8_ds_mla instantiation " + ropekv_gpu::rk_v4_spec_name(l.params));
       }
       if (l.params.v4_decode) {
         if (l.params.v4_q_pairs) {
@@ -212,11 +206,8 @@ void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
         sim_launch_fast4<S, 1, 0>(l, fma, pin);
       }
       break;
-    case ropekv_gpu::rk_kernel::fast3:
-      sim_grid<sim_fast3<S>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v3_generic>>(l, fma);
-      break;
     default:
-      throw error("sim_launch_fast: not a fast_v3/fast_v4 launch (rk_kernel " +
+      throw error("sim_launch_fast: not a fast_v4 launch (rk_kernel " +
                   std::to_string(static_cast<int>(l.kernel)) + ")");
   }
 }
@@ -226,7 +217,7 @@ void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
 // one, the sim was the build's longest step by far.
 template <int32_t Q, int32_t NEOX>
 void sim_launch_fast_part(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
-  ropekv_gpu::rk_v3_visit_cache<Q, NEOX>(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, fma, pin); });
+  ropekv_gpu::rk_v4_visit_cache<Q, NEOX>(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, fma, pin); });
 }
 extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 0>(const ropekv_gpu::rk_launch&, bool, bool);
 extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 1>(const ropekv_gpu::rk_launch&, bool, bool);

@@ -1,4 +1,4 @@
-// The kernel's fast q path and zero-copy concat (through the sim), the byte count of
+// The kernel's two bodies, fast_v4 and the general body, and zero-copy concat (through the sim), the byte count of
 // `ropekv bench`, and `ropekv bench` itself on the CPU backends.
 #include <doctest/doctest.h>
 
@@ -76,82 +76,59 @@ const char* fast_cases[] = {
 
 }  // namespace
 
-// The fast_v2 tests below run with fast_v3 disabled (ov.no_v3): v2 stays selectable (--variant v2).
-ropekv_gpu::rk_variant_override v2_only() {
-  ropekv_gpu::rk_variant_override ov;
-  ov.no_v3 = 1;
-  return ov;
-}
-
-// The override that makes the plan pick `kernel` where eligible: fast_v4 (the default),
-// fast_v3 (v4 off) or fast_v2 (v3 and v4 off).
+// The override that makes the plan pick `kernel`: fast_v4 where eligible (the default) or the
+// general body (fused_v1) for every case.
 ropekv_gpu::rk_variant_override kernel_only(const std::string& kernel) {
   ropekv_gpu::rk_variant_override ov;
-  if (kernel == "fast_v3") ov.no_v4 = 1;
-  if (kernel == "fast_v2") ov = v2_only();
+  if (kernel == "fused_v1") ov.force_general = 1;
   return ov;
 }
 
-TEST_CASE("fast q path: sim passes against the reference and selects fast_v2") {
-  override_guard g(v2_only());
-  for (const char* r : fast_cases) {
-    const problem p = parse_problem(r);
-    for (bool zc : {false, true}) {
-      const run_out o = ref_vs_sim(p, zc);
-      INFO(r, " zero_copy=", zc);
-      INFO(format_case_report(o.report, true));
-      CHECK(o.report.outcome == case_outcome::passed);
-      CHECK(o.variant.rfind("fast_v2", 0) == 0);
-      CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+// The fast_cases on both bodies: fast_v4 takes every case it is eligible for (all but the
+// in-place one), the general body every case when forced; both pass against the reference,
+// with and without zero-copy concat.
+TEST_CASE("fast_v4 and the general body: sim passes against the reference on the fast cases") {
+  for (const std::string kernel : {"fast_v4", "fused_v1"}) {
+    override_guard g(kernel_only(kernel));
+    for (const char* r : fast_cases) {
+      const problem p = parse_problem(r);
+      // in-place rope is not fast_v4's (launch_plan.h rk_v4_refusal): the general body takes it
+      const bool inplace = p.opt.inplace_q || p.opt.inplace_k;
+      const std::string want = inplace ? "fused_v1" : kernel;
+      for (bool zc : {false, true}) {
+        const run_out o = ref_vs_sim(p, zc);
+        INFO(kernel, " ", r, " zero_copy=", zc);
+        INFO(format_case_report(o.report, true));
+        CHECK(o.report.outcome == case_outcome::passed);
+        CHECK(o.variant.rfind(want, 0) == 0);
+        CHECK((o.variant.find("+zero_copy") != std::string::npos) == zc);
+      }
     }
   }
 }
 
-TEST_CASE("fast q path and general path write identical bytes (sim)") {
-  for (const char* r : fast_cases) {
-    const problem p = parse_problem(r);
-    case_data initial = make_case(p);
-    case_data fast = initial.clone();
-    case_data general = initial.clone();
-    auto sim = make_sim_backend();
-    {
-      override_guard g(v2_only());
-      sim->run_host(fast.args, fast.regions());
-      CHECK(sim->last_variant().rfind("fast_v2", 0) == 0);
-    }
-    {
-      ropekv_gpu::rk_variant_override ov;
-      ov.force_general = 1;
-      override_guard g(ov);
-      sim->run_host(general.args, general.regions());
-      CHECK(sim->last_variant().rfind("fused_v1", 0) == 0);
-    }
-    INFO(r);
-    CHECK(same_bytes(fast, general));
-  }
-}
-
-TEST_CASE("fast q path: heads-per-block and block-size overrides keep the bytes") {
+// The general body's heads per block (the `hpb=N` variant) changes no byte: every split of 13
+// heads writes what the default plan (fast_v4) writes.
+TEST_CASE("general body: heads-per-block overrides keep the bytes") {
   const problem p = parse_problem("tq=3 ts=3 tk=3 h=13 in=bf16 qo=bf16 cache=bf16 nb=1");
   case_data initial = make_case(p);
   case_data want = initial.clone();
   auto sim = make_sim_backend();
   sim->run_host(want.args, want.regions());
-  for (int64_t hpb : {1, 2, 5, 13}) {
-    for (int64_t upt : {1, 3, 8}) {
-      ropekv_gpu::rk_variant_override ov = v2_only();
-      ov.heads_per_block = hpb;
-      ov.units_per_thread = upt;
-      override_guard g(ov);
-      case_data got = initial.clone();
-      sim->run_host(got.args, got.regions());
-      INFO("hpb=", hpb, " upt=", upt, " ", sim->last_variant());
-      CHECK(same_bytes(want, got));
-    }
+  CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
+  for (int64_t hpb : {1, 2, 5, 13, 20}) {
+    ropekv_gpu::rk_variant_override ov = kernel_only("fused_v1");
+    ov.heads_per_block = hpb;
+    override_guard g(ov);
+    case_data got = initial.clone();
+    sim->run_host(got.args, got.regions());
+    INFO("hpb=", hpb, " ", sim->last_variant());
+    CHECK(sim->last_variant().rfind("fused_v1(vec8,hpb" + std::to_string(hpb < 13 ? hpb : 13) + ",", 0) == 0);
+    CHECK(same_bytes(want, got));
   }
 }
 
-TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the reference") {
+TEST_CASE("fast_v4 and the general body: NaN payloads in q_nope become the canonical NaN like the reference") {
   const problem p = parse_problem("tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1");
   auto plant = [](case_data& c) {
     uint16_t* q = static_cast<uint16_t*>(c.args.q_nope.data);
@@ -159,7 +136,7 @@ TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the
     q[9] = 0xffd3;  // negative NaN with payload
     q[17] = 0x7f80; // +inf stays
   };
-  for (const char* want_variant : {"fast_v4", "fast_v3", "fast_v2"}) {
+  for (const char* want_variant : {"fast_v4", "fused_v1"}) {
     override_guard g(kernel_only(want_variant));
     const run_out o = ref_vs_sim(p, false, plant);
     INFO(want_variant, " ", format_case_report(o.report, true));
@@ -172,8 +149,8 @@ TEST_CASE("fast q path: NaN payloads in q_nope become the canonical NaN like the
   }
 }
 
-// fast_v3 (one thread per 16-byte chunk): the cases its plan accepts.
-const char* v3_cases[] = {
+// fast_v4: the cases its plan accepts.
+const char* v4_cases[] = {
     "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1",
     "tq=3 ts=3 tk=3 h=16 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
     "tq=4 ts=4 tk=4 h=8 in=f16 qo=f16 cache=fp8_e4m3fn k_scale=0.5 nb=1 table_dtype=f32",
@@ -191,9 +168,10 @@ const char* v3_cases[] = {
     "tq=3 ts=4 tk=4 h=6 in=f16 qo=f16 cache=fp8_e5m2 k_scale=0.125 nb=1 amp=3000",
 };
 
-TEST_CASE("fast_v4 and fast_v3: sim passes against the reference; bytes identical to the general path") {
-  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
-    for (const char* r : v3_cases) {
+TEST_CASE("fast_v4: sim passes against the reference; bytes identical to the general path") {
+  {
+    const std::string kernel = "fast_v4";
+    for (const char* r : v4_cases) {
       const problem p = parse_problem(r);
       for (bool zc : {false, true}) {
         override_guard g(kernel_only(kernel));
@@ -229,7 +207,7 @@ TEST_CASE("fast_v4 and fast_v3: sim passes against the reference; bytes identica
 // fast_v4's launch shape knobs (groups per block, groups per cache entry) change no byte, with
 // and without zero-copy (which packs several q rows into one 32-thread group).
 TEST_CASE("fast_v4: groups per block and per cache entry keep the bytes") {
-  for (const char* r : {v3_cases[2], v3_cases[5], v3_cases[7], v3_cases[8], v3_cases[9], v3_cases[10],
+  for (const char* r : {v4_cases[2], v4_cases[5], v4_cases[7], v4_cases[8], v4_cases[9], v4_cases[10],
                         "tq=3 ts=5 tk=5 h=7 dn=1048 dr=48 in=bf16 qo=bf16 cache=fp8_e4m3fn nb=2 bs=4 pad_slots=1"}) {
     const problem p = parse_problem(r);
     for (bool zc : {false, true}) {
@@ -301,17 +279,18 @@ TEST_CASE("fast_v4 zero-copy: q rows per lane 1..4 against the reference") {
   }
 }
 
-// Compile-time specialisation (launch_plan.h rk_v3_visit): the instantiation the plan names in
+// Compile-time specialisation (launch_plan.h rk_v4_visit): the instantiation the plan names in
 // the variant, and bytes identical to the generic instantiation (dtypes read at run time).
-TEST_CASE("fast_v4 and fast_v3: specialised instantiations name themselves and match the generic one bit for bit") {
-  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
+TEST_CASE("fast_v4: specialised instantiations name themselves and match the generic one bit for bit") {
+  {
+  const std::string kernel = "fast_v4";
   const std::vector<std::pair<const char*, const char*>> want = {
-      {v3_cases[0], "bf16/bf16/gptj/bf16"},
-      {v3_cases[1], "bf16/bf16/neox/bf16"},
-      {v3_cases[2], "f16/e4m3fn/gptj/f32"},
-      {v3_cases[4], "bf16/e5m2/neox/bf16"},
-      {v3_cases[5], "generic"},  // f16 table with bf16 q: not instantiated
-      {v3_cases[8], "bf16/e5m2fnuz/neox/bf16"},
+      {v4_cases[0], "bf16/bf16/gptj/bf16"},
+      {v4_cases[1], "bf16/bf16/neox/bf16"},
+      {v4_cases[2], "f16/e4m3fn/gptj/f32"},
+      {v4_cases[4], "bf16/e5m2/neox/bf16"},
+      {v4_cases[5], "generic"},  // f16 table with bf16 q: not instantiated
+      {v4_cases[8], "bf16/e5m2fnuz/neox/bf16"},
   };
   for (const auto& [r, name] : want) {
     const problem p = parse_problem(r);
@@ -328,7 +307,7 @@ TEST_CASE("fast_v4 and fast_v3: specialised instantiations name themselves and m
     CHECK(sim->last_variant().find(std::string(",") + name + ")") != std::string::npos);
     {
       ropekv_gpu::rk_variant_override ov = kernel_only(kernel);
-      ov.v3_generic = 1;
+      ov.v4_generic = 1;
       override_guard g(ov);
       sim->run_host(generic.args, generic.regions());
       CHECK(sim->last_variant().rfind(kernel, 0) == 0);
@@ -340,26 +319,30 @@ TEST_CASE("fast_v4 and fast_v3: specialised instantiations name themselves and m
   }
 }
 
-TEST_CASE("fast_v3: more tokens than grid.y (65535) are covered by the token stride") {
+// Beyond grid.y's limit (65535): fast_v4 (a 1-D grid of groups) and the general body (grid.x =
+// tokens) cover every token.
+TEST_CASE("fast_v4 and the general body: more than 65535 tokens are all written") {
   const problem p = parse_problem("tq=65600 ts=65600 tk=65600 h=1 dn=8 dr=8 p=64 in=bf16 qo=bf16 cache=bf16 bs=64 nb=1025");
-  override_guard g(kernel_only("fast_v3"));
-  const run_out o = ref_vs_sim(p, false);
-  INFO(format_case_report(o.report, true));
-  CHECK(o.report.outcome == case_outcome::passed);
-  CHECK(o.variant.rfind("fast_v3", 0) == 0);
+  for (const std::string kernel : {"fast_v4", "fused_v1"}) {
+    override_guard g(kernel_only(kernel));
+    const run_out o = ref_vs_sim(p, false);
+    INFO(kernel, " ", format_case_report(o.report, true));
+    CHECK(o.report.outcome == case_outcome::passed);
+    CHECK(o.variant.rfind(kernel, 0) == 0);
+  }
 }
 
-TEST_CASE("fast_v4 refused (fast_v3 instead) for more than 32 rope units per row") {
+TEST_CASE("fast_v4 refused (the general body instead) for more than 32 rope units per row") {
   for (const char* r : {"tq=2 ts=2 tk=2 h=3 dn=16 dr=264 in=bf16 qo=bf16 cache=bf16 nb=1",
                         "tq=2 ts=2 tk=2 h=3 dn=16 dr=528 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox"}) {
     const run_out o = ref_vs_sim(parse_problem(r), false);
     INFO(r, " ", o.variant);
     CHECK(o.report.outcome == case_outcome::passed);
-    CHECK(o.variant.rfind("fast_v3", 0) == 0);
+    CHECK(o.variant.rfind("fused_v1", 0) == 0);
   }
 }
 
-TEST_CASE("fast_v3 and fast_v4 refused (general or v2 instead) for in-place rope, misaligned cache, odd neox Dr") {
+TEST_CASE("fast_v4 refused (the general body instead) for in-place rope, misaligned cache, odd neox Dr") {
   for (const char* r : {"tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 inplace_k=1",
                         "tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 entry_pad=1",
                         "tq=2 ts=2 tk=2 h=4 dr=8 in=bf16 qo=bf16 cache=bf16 nb=1 style=neox",
@@ -368,12 +351,11 @@ TEST_CASE("fast_v3 and fast_v4 refused (general or v2 instead) for in-place rope
     const run_out o = ref_vs_sim(parse_problem(r), false);
     INFO(r, " ", o.variant);
     CHECK(o.report.outcome == case_outcome::passed);
-    CHECK(o.variant.rfind("fast_v3", 0) != 0);
-    CHECK(o.variant.rfind("fast_v4", 0) != 0);
+    CHECK(o.variant.rfind("fused_v1", 0) == 0);
   }
 }
 
-TEST_CASE("fast q path refused on misaligned rows and mixed dtypes") {
+TEST_CASE("fast_v4 refused (the general body instead) on misaligned rows and mixed dtypes") {
   for (const char* r : {"tq=2 ts=2 tk=2 h=4 in=bf16 qo=bf16 cache=bf16 nb=1 row_pad=1",
                         "tq=2 ts=2 tk=2 h=4 in=bf16 qo=f32 cache=bf16 nb=1",
                         "tq=2 ts=2 tk=2 h=4 dn=20 in=bf16 qo=bf16 cache=bf16 nb=1",
@@ -496,6 +478,27 @@ TEST_CASE("ropekv bench: bad options are errors naming the option") {
   o.variants = "hpb=0";
   std::ostringstream out, err;
   CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--variant"), arg_error);
+  // the retired kernels' requests (fast_v2, fast_v3 and their knobs) are errors listing the
+  // requests there are
+  for (const char* gone : {"v2", "v3", "v3generic", "upt=2", "bt=64", "auto,v3", "gpb=2+bt=64"}) {
+    INFO(gone);
+    o.variants = gone;
+    CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--variant"), arg_error);
+    const std::string one = std::string(gone).substr(std::string(gone).find(',') + 1);
+    try {
+      set_kernel_variant(one);
+      CHECK(false);
+    } catch (const arg_error& e) {
+      CHECK(e.arg() == "--variant");
+      CHECK(e.expected().find("v4generic") != std::string::npos);
+      CHECK(e.expected().find("v3") == std::string::npos);
+      CHECK(e.expected().find("upt") == std::string::npos);
+    }
+    CHECK(ropekv_gpu::rk_variant_overrides().no_v4 == 0);  // nothing applied
+  }
+  for (const char* kept : {"auto", "v4", "v4generic", "general", "hpb=2", "gpb=8+kvs=2+qp=1", "nozc+nopdl"})
+    CHECK_NOTHROW(set_kernel_variant(kept));
+  ropekv_gpu::rk_variant_overrides() = {};
   o.variants = "auto";
   o.modes = "sideways";
   CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--mode"), arg_error);

@@ -58,10 +58,9 @@ void check_passes(const std::string& repro) {
   INFO(repro);
   INFO(format_case_report(r.report, true));
   CHECK(r.report.outcome == case_outcome::passed);
-  // general path (fused_v1) or a fast path (fast_v2, fast_v3, fast_v4), chosen by
+  // general path (fused_v1) or the fast path (fast_v4), chosen by
   // launch_plan.h
-  CHECK((r.variant.rfind("fused_v1", 0) == 0 || r.variant.rfind("fast_v2", 0) == 0 ||
-         r.variant.rfind("fast_v3", 0) == 0 || r.variant.rfind("fast_v4", 0) == 0));
+  CHECK((r.variant.rfind("fused_v1", 0) == 0 || r.variant.rfind("fast_v4", 0) == 0));
 }
 
 int32_t kernel_dtype(dtype t) {
@@ -271,17 +270,17 @@ TEST_CASE("sim: validation runs before any write") {
   }
 }
 
-// The fuzz stream (`ropekv fuzz --cases 2000 --max-tokens 64`, seed 1) takes fast_v3 in only a
+// The fuzz stream (`ropekv fuzz --cases 2000 --max-tokens 64`, seed 1) takes fast_v4 in only a
 // few percent of its cases (in-place rope, f32/fp8 q, odd widths and paddings are frequent), so
-// fast_v3 and fast_v4 get their own random stream: the same problems, coerced into what fast_v3 accepts
+// fast_v4 gets its own random stream: the same problems, coerced into what fast_v4 accepts
 // by core's coerce_aligned16 (the `fuzz --profile aligned16` stream: 16-bit q/kv, q_out = q,
 // cache = kv's dtype or fp8, widths multiples of 8/16, paddings multiples of 8, no in-place
-// rope), run against the reference, once with fast_v4 (the default) and once with fast_v3 (v4
-// off). Most must take the kernel under test.
-TEST_CASE("fast_v4 and fast_v3 random stream: coerced fuzz problems pass against the reference") {
-  for (const std::string kernel : {"fast_v4", "fast_v3"}) {
+// rope), run against the reference, once with fast_v4 (the default) and once with the general
+// body (forced). Most must take the kernel under test.
+TEST_CASE("fast_v4 and general-body random stream: coerced fuzz problems pass against the reference") {
+  for (const std::string kernel : {"fast_v4", "fused_v1"}) {
     ropekv_gpu::rk_variant_override ov;
-    ov.no_v4 = kernel == "fast_v3";
+    ov.force_general = kernel == "fused_v1";
     const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
     ropekv_gpu::rk_variant_overrides() = ov;
     int taken = 0, other = 0;
@@ -379,15 +378,15 @@ TEST_CASE("sim: pinned grid loops write the same bytes as the plain loops") {
 // bit for bit: decode_q_pe_out rows are the in-place q_pe rows, k_pe_out rows the in-place k_pe
 
 // The sim's two copies of its grid loops on x86-64 (sim_grid.h): the default one (FMA where the
-// CPU has it) runs fast_v3 / fast_v4 in the dtype-specialised instantiation the GPU launches,
+// CPU has it) runs fast_v4 in the dtype-specialised instantiation the GPU launches,
 // the portable one (ROPEKV_SIM_FMA=0) in the generic one. Same kernel body, same IEEE
 // operations: every output byte identical, on launches of every specialised kind (both styles,
-// both q dtypes, fp8 caches, f32 tables, fp8_ds_mla, fast_v3, q pairs, decode outputs).
+// both q dtypes, fp8 caches, f32 tables, fp8_ds_mla, q pairs, decode outputs, zero-copy).
 TEST_CASE("sim: the portable copy (ROPEKV_SIM_FMA=0) writes the same bytes as the default copy") {
   const std::string base = "tq=5 ts=6 tk=7 h=16 dn=512 dr=64 p=300 bs=16 nb=2 seed=9 rope_table=deepseek-v3 ";
   struct copy_case {
     std::string repro;
-    bool no_v4;      // rk_variant_override::no_v4 (fast_v3)
+    bool zero_copy;  // q_nope points into q_out (zero-copy rows per lane: rk_v4_q_rope_rows)
     int q_pairs;     // rk_variant_override::v4_q_pairs
   };
   const std::vector<copy_case> cases = {
@@ -400,21 +399,28 @@ TEST_CASE("sim: the portable copy (ROPEKV_SIM_FMA=0) writes the same bytes as th
       {base + "layout=fp8_ds_mla cache=u8 ds_scale=pow2 style=neox", false, 1},
       {base + "dec_out=qzk dec=3", false, 1},
       {base + "cache=fp8_e4m3fn k_scale=0.37", true, 0},
+      {base + "style=neox dec_out=qzk dec=2", true, 0},
   };
   const ropekv_gpu::rk_variant_override saved = ropekv_gpu::rk_variant_overrides();
   for (const copy_case& cc : cases) {
-    INFO(cc.repro, " no_v4=", cc.no_v4, " qp=", cc.q_pairs);
+    INFO(cc.repro, " zero_copy=", cc.zero_copy, " qp=", cc.q_pairs);
     ropekv_gpu::rk_variant_override ov;
-    ov.no_v4 = cc.no_v4;
     ov.v4_q_pairs = cc.q_pairs;
     ropekv_gpu::rk_variant_overrides() = ov;
     const problem p = parse_problem(cc.repro);
     case_data initial = make_case(p);
+    if (cc.zero_copy) apply_zero_copy(initial);
     case_data ref = initial.clone(), fast = initial.clone(), portable = initial.clone();
+    if (cc.zero_copy) {
+      point_q_nope_into_q_out(ref);
+      point_q_nope_into_q_out(fast);
+      point_q_nope_into_q_out(portable);
+    }
     make_cpu_backend()->run_host(ref.args, ref.regions());
     auto sim = make_sim_backend();
     sim->run_host(fast.args, fast.regions());
-    CHECK(sim->last_variant().rfind(cc.no_v4 ? "fast_v3" : "fast_v4", 0) == 0);
+    CHECK(sim->last_variant().rfind("fast_v4", 0) == 0);
+    CHECK((sim->last_variant().find("+zero_copy") != std::string::npos) == cc.zero_copy);
     ::setenv("ROPEKV_SIM_FMA", "0", 1);
     make_sim_backend()->run_host(portable.args, portable.regions());
     ::unsetenv("ROPEKV_SIM_FMA");
@@ -554,8 +560,8 @@ TEST_CASE("sim: fast_v4 writes the decode outputs, bit for bit the general body'
 }
 
 // A decode output in rows fast_v4 cannot store 16 bytes at a time keeps the case off fast_v4
-// (the general body writes it); fast_v3 refuses decode outputs, aligned or not.
-TEST_CASE("launch plan: decode outputs on fast_v4 need 16-byte rows, fast_v3 never takes them") {
+// (the general body writes it).
+TEST_CASE("launch plan: decode outputs on fast_v4 need 16-byte rows") {
   const problem p = parse_problem("tq=4 ts=4 tk=4 h=4 dn=512 dr=64 p=16 bs=16 nb=1 seed=2 dec_out=qzk dec=2");
   const case_data c = make_case(p);
   ropekv_gpu::rk_params q = ropekv_gpu::rk_make_launch(c.args).params;
@@ -566,8 +572,6 @@ TEST_CASE("launch plan: decode outputs on fast_v4 need 16-byte rows, fast_v3 nev
   CHECK(plain.variant.rfind("fast_v4", 0) == 0);
   CHECK(plain.variant.find("+decode") == std::string::npos);
   CHECK(plain.params.v4_decode == 0);
-  CHECK(ropekv_gpu::rk_v3_refusal(q) == "decode outputs");
-  CHECK(ropekv_gpu::rk_fast_q_refusal(q) == "decode outputs");
   ropekv_gpu::rk_params bad = q;
   bad.dec_q_pe_s1 += 4;
   CHECK(ropekv_gpu::rk_v4_refusal(bad) == "decode_q_pe_out rows not 16-byte aligned");
@@ -619,9 +623,10 @@ TEST_CASE("decode outputs: the comparison catches wrong rows, a non-zero zero bu
   }, "q_nope_zeros_out");
 }
 
-// Layout fp8_ds_mla (core/SPEC.md): the general body writes the 656-byte entries (the plan keeps
-// the case off fast_v3/v4: variant tag '+ds_mla'); nope bytes and scales equal the reference's
-// bit for bit, both tile scale rules, every option the layout allows.
+// Layout fp8_ds_mla (core/SPEC.md): fast_v4 writes the 656-byte entries (rk_v4_ds_mla_row), or
+// the general body where the plan refuses fast_v4 (in-place rope, an fp8 q_out); variant tag
+// '+ds_mla'. Nope bytes and scales equal the reference's bit for bit, both tile scale rules,
+// every option the layout allows.
 TEST_CASE("sim vs reference: layout fp8_ds_mla, both tile scale rules") {
   const std::string base = "tq=6 ts=7 tk=8 h=4 dn=512 dr=64 p=64 layout=fp8_ds_mla cache=u8 ";
   for (const char* rule : {"amax", "pow2"}) {
@@ -638,7 +643,9 @@ TEST_CASE("sim vs reference: layout fp8_ds_mla, both tile scale rules") {
       INFO(format_case_report(r.report, true));
       CHECK(r.report.outcome == case_outcome::passed);
       CHECK(r.variant.find("+ds_mla") != std::string::npos);
-      CHECK(r.variant.rfind("fast_v3", 0) != 0);
+      const bool general = std::string(extra).find("inplace") != std::string::npos ||
+                           std::string(extra).find("qo=fp8") != std::string::npos;
+      CHECK(r.variant.rfind(general ? "fused_v1" : "fast_v4", 0) == 0);
       bool scales = false;
       for (const region_report& g : r.report.regions)
         if (g.name == "cache.scales") scales = g.compared == 4 * (p.ts - p.pad_slots) && g.mismatches == 0;
