@@ -1,6 +1,6 @@
 // Fast f32 -> fp8 (saturating) and f32 -> f16 encoders for the GPU kernel.
 //
-// Bit-exact replacements for kernel.h's general rk_encode_narrow (64-bit integer math and
+// Bit-exact replacements for kernel_convert.h's general rk_encode_narrow (64-bit integer math and
 // branches, ~100 instructions per value):
 //   rk_encode_fp8_sat<C>(v) == rk_encode_narrow(v, rk_format_of(C), /*saturate=*/true)
 //   rk_encode_f16_fast(v)   == rk_encode_narrow(v, rk_format_of(rk_f16), /*saturate=*/false)
@@ -38,7 +38,7 @@
 
 namespace ropekv_gpu {
 
-// Same values as kernel.h's rk_dtype codes (kept independent on purpose: no include).
+// Same values as kernel_dtype.h's rk_dtype codes (kept independent on purpose: no include).
 constexpr int32_t rk_fp8_e4m3fn = 3;
 constexpr int32_t rk_fp8_e4m3fnuz = 4;
 constexpr int32_t rk_fp8_e5m2 = 5;
