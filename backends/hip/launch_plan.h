@@ -92,7 +92,6 @@ inline std::string rk_v4_decode_refusal(const rk_params& p) {
 // refuses runs the general body (rk_fused_body).
 inline std::string rk_v4_refusal(const rk_params& p) {
   const rk_variant_override& ov = rk_variant_overrides();
-  if (ov.no_v4) return "v4 disabled";
   if (ov.force_general) return "forced general";
   if (p.kv_heads != 1) return "kv heads > 1";
   if (p.inplace_q || p.inplace_k) return "in-place rope";

@@ -12,7 +12,6 @@ struct rk_variant_override {
   int64_t heads_per_block = 0;   // > 0: this many heads per block (the general body)
   int32_t no_zero_copy = 0;      // 1: copy q_nope onto q_out even when it is q_out itself
   int32_t v4_generic = 0;        // 1: fast_v4 runs its generic instantiation (no dtype templates)
-  int32_t no_v4 = 0;             // 1: never take fast_v4 (the general body, as force_general)
   int64_t v4_groups_per_block = 0;  // > 0: fast_v4 32-thread groups per block (<= 8)
   int64_t v4_kv_split = 0;       // > 0: fast_v4 groups per cache entry (1, 2 or 4)
   int32_t no_pdl = 0;            // 1: launch fast_v4 without programmatic dependent launch
