@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Zero-copy mode (q_nope already in q_out) with several q rows per lane, on one NVIDIA GPU:
-#  - verify (PART=verify): `bench --verify` in zero-copy mode at the decode and large cases, both
-#    caches, rows per lane 1, 2, 4 and the plan's choice, plus neox and pad_q=skipped repros:
-#    every row checked against the reference before it is timed; the kernels' registers and
-#    local memory beside the build before (cuobjdump);
+#  - verify (PART=verify): `bench --verify` in zero-copy mode at mid-sized cases (the row code
+#    does not depend on the size; a 4096 x 128 check costs ~15 s on the host), both caches, rows
+#    per lane 1, 2, 4 and the plan's choice, plus neox and pad_q=skipped repros: every row
+#    checked against the reference before it is timed; the kernels' registers and local memory
+#    beside the build before (cuobjdump);
 #  - ab (PART=ab): copy and zero-copy mode, the build before and this one alternated, three runs
 #    each (each run measures its own copy ceiling);
 #  - fuzz (PART=fuzz): ref vs hip 2000 cases, sim vs hip bit for bit 1000 (the q rows' code moved).
@@ -20,10 +21,11 @@ PART=${PART:-all}
 cases=(--case deepseek-v3:1 --case deepseek-v3:32 --case deepseek-v3:1024 --case deepseek-v3:4096
        --case deepseek-v3-tp8:8192)
 if [ "$PART" = all ] || [ "$PART" = verify ]; then
-  neox='tq=4096 ts=4096 tk=4096 h=128 dn=512 dr=64 p=163840 bs=64 nb=66 in=bf16 qo=bf16 cache=bf16 style=neox rope_table=deepseek-v3'
-  skip='tq=1024 ts=1024 tk=1024 h=128 dn=512 dr=64 p=163840 bs=64 nb=17 in=bf16 qo=bf16 cache=fp8_e4m3fn pad_slots=100 pad_q=skipped rope_table=deepseek-v3'
-  "$BIN" bench --backend hip --verify --threads 16 --mode zero_copy --cache bf16,fp8_e4m3fn "${cases[@]}" \
-    --case kimi-k2-tp8:512 --repro "$neox" --repro "$skip" --variant auto,zcr=1,zcr=2,zcr=4 \
+  neox='tq=256 ts=256 tk=256 h=128 dn=512 dr=64 p=163840 bs=64 nb=5 in=bf16 qo=bf16 cache=bf16 style=neox rope_table=deepseek-v3'
+  skip='tq=256 ts=256 tk=256 h=128 dn=512 dr=64 p=163840 bs=64 nb=5 in=bf16 qo=bf16 cache=fp8_e4m3fn pad_slots=40 pad_q=skipped rope_table=deepseek-v3'
+  "$BIN" bench --backend hip --verify --threads 16 --budget 0.05 --mode zero_copy --cache bf16,fp8_e4m3fn \
+    --case deepseek-v3:1 --case deepseek-v3:256 --case deepseek-v3-tp8:1024 --case kimi-k2-tp8:512 \
+    --repro "$neox" --repro "$skip" --variant auto,zcr=1,zcr=2,zcr=4 \
     --json "$OUT/bench-verify.json" > "$W/verify.log" 2>&1
   say "bench --verify (rc $?):"
   grep -E "^(deepseek|kimi|repro)|verification|FAILED|replay" "$W/verify.log" | tee -a "$summary"
@@ -39,7 +41,7 @@ if [ "$PART" = all ] || [ "$PART" = ab ]; then
   bench_before_after --cache bf16,fp8_e4m3fn --mode copy,zero_copy "${cases[@]}"
 fi
 if [ "$PART" = all ] || [ "$PART" = fuzz ]; then
-  campaign ref-hip ref,hip 2000 --seed 20261207
-  campaign sim-hip-bitwise sim,hip 1000 --seed 20261208 --bitwise
+  campaign ref-hip ref,hip ${FUZZ_CASES:-2000} --seed 20261207
+  campaign sim-hip-bitwise sim,hip $(( ${FUZZ_CASES:-2000} / 2 )) --seed 20261208 --bitwise
 fi
 rm -rf "$W"

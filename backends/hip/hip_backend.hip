@@ -31,10 +31,13 @@ inline bool rk_launch_uses_pdl(const rk_launch& l) { return l.pdl && rk_pdl_supp
 // occupancy for the conversions of the few cache rows (H200 measurements, docs/perf.md). At 48,
 // bf16 q with an e4m3fn / e5m2 cache does not spill; f16 q and the fnuz caches spill 8-32 bytes.
 // fp8_ds_mla instantiations (D & 2): at most 64 registers (4 blocks of 256) for the tile amax.
+// Zero-copy kernels (R = 0), gptj: at most 64 registers (4 blocks of 256); their rows hold up to
+// four q_pe units per lane (rk_v4_q_rope_rows).
 template <class S, int R, int D>
 inline constexpr int rk_fast4_min_blocks_for =
-    (D & 2) ? 4 : (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
-// R: q rows per copy-mode group (rk_params::v4_q_pairs); D: bit 0 with decode outputs
+    (D & 2) ? 4 : R == 0 ? (S::neox == 0 ? 4 : 1) : (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
+// R: the q rows' shape (launch_plan.h rk_v4_q_shape: 1 or 2 copy-mode rows per group, 0
+// zero-copy rows); D: bit 0 with decode outputs
 // (rk_params::v4_decode; the D = 0 kernels are the code without them, register for register),
 // bit 1 for fp8_ds_mla entries (rk_params::ds_mla).
 // The template-id is parenthesised: hipcc's __launch_bounds__ is a two-parameter macro, and its
@@ -46,24 +49,34 @@ __global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for
   rk_fast4_body<S, R, D>(p);
 }
 
-// The fast_v4 kernel of instantiation S for p: R by v4_q_pairs, D by v4_decode and ds_mla.
-// fp8_ds_mla kernels exist for the instantiations launch_plan.h picks for that layout only
-// (cache e4m3fn, or generic: rk_v4_specialised).
+// The fast_v4 kernel of instantiation S and D for p: R by rk_v4_q_shape.
+template <class S, int D>
+void (*rk_fast4_pick_shape(const rk_params& p))(rk_params) {
+  switch (rk_v4_q_shape(p)) {
+    case 0: return rk_fast4_kernel<S, 0, D>;
+    case 1: return rk_fast4_kernel<S, 1, D>;
+    case 2: return rk_fast4_kernel<S, 2, D>;
+    default: throw ropekv::error("rk_fast4_pick: no q row shape " + std::to_string(rk_v4_q_shape(p)));
+  }
+}
+
+// The fast_v4 kernel of instantiation S for p: R by the q rows' shape, D by v4_decode and
+// ds_mla. fp8_ds_mla kernels exist for the instantiations launch_plan.h picks for that layout
+// only (cache e4m3fn, or generic: rk_v4_specialised).
 template <class S>
 void (*rk_fast4_pick(const rk_params& p))(rk_params) {
-  const bool pairs = p.v4_q_pairs != 0, dec = p.v4_decode != 0;
+  const bool dec = p.v4_decode != 0;
   if constexpr (S::cache == rk_e4m3fn || S::cache < 0) {
     if (p.ds_mla) {
       if constexpr (S::cache < 0) {
-        if (dec) return pairs ? rk_fast4_kernel<S, 2, 3> : rk_fast4_kernel<S, 1, 3>;
+        if (dec) return rk_fast4_pick_shape<S, 3>(p);
       }
-      if (!dec) return pairs ? rk_fast4_kernel<S, 2, 2> : rk_fast4_kernel<S, 1, 2>;
+      if (!dec) return rk_fast4_pick_shape<S, 2>(p);
     }
   }
   if (p.ds_mla)
     throw ropekv::error("rk_fast4_pick: no fp8_ds_mla kernel for instantiation " + rk_v4_spec_name(p));
-  if (pairs) return dec ? rk_fast4_kernel<S, 2, 1> : rk_fast4_kernel<S, 2, 0>;
-  return dec ? rk_fast4_kernel<S, 1, 1> : rk_fast4_kernel<S, 1, 0>;
+  return dec ? rk_fast4_pick_shape<S, 1>(p) : rk_fast4_pick_shape<S, 0>(p);
 }
 
 }  // namespace ropekv_gpu

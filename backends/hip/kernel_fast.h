@@ -670,6 +670,9 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
 // token's cache entry (the longer dependency chain) starts before its q rows: the grid ends
 // with q rows, not with a conversion chain. D bit 0 (rk_params::v4_decode): also the decode
 // outputs; bit 1 (rk_params::ds_mla): the cache entries are fp8_ds_mla records (rk_v4_ds_mla_row).
+// R: the q rows' shape, rk_v4_q_shape (1: a copy-mode row per group, 2: two, 0: zero-copy rows;
+// each kernel holds the code of its own shape only, so the zero-copy rows' registers do not
+// weigh on the copy-mode kernels).
 template <class S, int R = 1, int D = 0>
 ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -696,20 +699,18 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     }
     return;
   }
-  if (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next
-    rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
-    return;
-  }
-  if (p.skip_q_nope) {  // zero-copy: 2^(5 - ql) rows side by side, v4_zc_rows of them per lane
+  if constexpr (R == 0) {  // zero-copy: 2^(5 - ql) rows side by side, v4_zc_rows of them per lane
     const int32_t ql = p.v4_q_lanes_log2;
     const int64_t per_pass = int64_t{1} << (5 - ql);
     const int64_t h0 = (r - kv_groups) * per_pass * p.v4_zc_rows + (l32 >> ql);
     if (h0 >= p.heads) return;
     rk_v4_q_rope_rows<S, D>(p, t, h0, per_pass, l32 & ((1 << ql) - 1), 1 << ql);
-    return;
+  } else if constexpr (R == 2) {  // v4_q_pairs: heads 2 (r - kv_groups) and the next
+    rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
+  } else {
+    if (r - kv_groups >= p.heads) return;
+    rk_v4_q_row<S, D>(p, t, r - kv_groups, l32, 32);
   }
-  if (r - kv_groups >= p.heads) return;
-  rk_v4_q_row<S, D>(p, t, r - kv_groups, l32, 32);
 }
 
 }  // namespace ropekv_gpu

@@ -144,6 +144,13 @@ inline std::string rk_v4_refusal(const rk_params& p) {
   return {};
 }
 
+// The q rows' shape of a fast_v4 launch, its kernels' template parameter R (kernel_fast.h
+// rk_fast4_body): 0 zero-copy rows (rk_v4_q_rope_rows), 2 two copy-mode rows per group
+// (rk_v4_q_row_pair), 1 one (rk_v4_q_row).
+inline int rk_v4_q_shape(const rk_params& p) {
+  return p.skip_q_nope ? 0 : p.v4_q_pairs ? 2 : 1;
+}
+
 // Host half of rk_div_u32: the multiplier and shift for a divisor d >= 1.
 inline void rk_div_magic(uint32_t d, uint32_t* magic, uint32_t* shift) {
   if (d == 0) throw ropekv::error("rk_div_magic: divisor 0");
@@ -437,13 +444,17 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     p.v4_q_pairs = pairs_ok && (ov.v4_q_pairs >= 0 ? ov.v4_q_pairs == 1 : s.tq * s.heads >= 8192);
     // decode outputs: the kernel instantiations that write them (rk_fast4_kernel<S, R, 1>)
     p.v4_decode = rk_has_decode_outputs(p) ? 1 : 0;
-    // Zero-copy: several rows per lane (rk_v4_q_rope_rows) from 8192 q rows on, 4 (gptj) or 2
-    // (neox: two 16-byte loads per row already); one below, where more groups spread the few
-    // rows over more SMs. `zcr=N` forces N (1..4, where zero-copy applies).
+    // Zero-copy: several rows per lane (rk_v4_q_rope_rows), the most (4 gptj, 2 neox: two
+    // 16-byte loads per row already) that keep >= 4096 q groups; fewer groups left SMs idle (H100
+    // at f03067f: 256 x 128 4.2 us with 2 rows (4096 groups) vs 4.9 with 4 (2048); 1024 x 128 17.7
+    // vs 22 us with 4 rows vs 1; deepseek-v3-tp8 x 1024 3.5 us with 1 row vs 4.1 with 4).
+    // `zcr=N` forces N (1..4, where zero-copy applies).
     p.v4_zc_rows = 1;
     if (p.skip_q_nope) {
-      const int32_t dflt = s.tq * s.heads >= 8192 ? (p.neox ? 2 : 4) : 1;
-      p.v4_zc_rows = ov.v4_zc_rows > 0 ? std::min<int32_t>(ov.v4_zc_rows, rk_v4_zc_rows_max) : dflt;
+      const int64_t per_pass = int64_t{1} << (5 - ql);
+      int32_t rows = p.neox ? 2 : rk_v4_zc_rows_max;
+      while (rows > 1 && s.tq * ((s.heads + per_pass * rows - 1) / (per_pass * rows)) < 4096) rows /= 2;
+      p.v4_zc_rows = ov.v4_zc_rows > 0 ? std::min<int32_t>(ov.v4_zc_rows, rk_v4_zc_rows_max) : rows;
     }
     const int64_t rows_per_group = p.v4_q_pairs ? 2 : (int64_t{1} << (5 - ql)) * p.v4_zc_rows;
     p.v4_q_groups_per_token = static_cast<int32_t>((s.heads + rows_per_group - 1) / rows_per_group);

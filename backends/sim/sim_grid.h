@@ -168,6 +168,18 @@ void sim_launch_fast4(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
   sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v4_generic>>(l, fma);
 }
 
+// fast_v4 with D: R by the q rows' shape (launch_plan.h rk_v4_q_shape), as hip_backend's
+// rk_fast4_pick_shape.
+template <class S, int D>
+void sim_launch_fast4_shape(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
+  switch (ropekv_gpu::rk_v4_q_shape(l.params)) {
+    case 0: sim_launch_fast4<S, 0, D>(l, fma, pin); return;
+    case 1: sim_launch_fast4<S, 1, D>(l, fma, pin); return;
+    case 2: sim_launch_fast4<S, 2, D>(l, fma, pin); return;
+    default: throw error("sim_launch_fast: no q row shape " + std::to_string(ropekv_gpu::rk_v4_q_shape(l.params)));
+  }
+}
+
 // fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v4_visit).
 template <class S>
 void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
@@ -176,34 +188,20 @@ void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
       if (l.params.ds_mla) {  // fp8_ds_mla entries: the instantiations the GPU has (hip_backend rk_fast4_pick)
         if constexpr (S::cache == ropekv_gpu::rk_e4m3fn || S::cache < 0) {
           if (l.params.v4_decode && S::cache < 0) {
-            if (l.params.v4_q_pairs) {
-              sim_launch_fast4<S, 2, 3>(l, fma, pin);
-            } else {
-              sim_launch_fast4<S, 1, 3>(l, fma, pin);
-            }
+            sim_launch_fast4_shape<S, 3>(l, fma, pin);
             break;
           }
           if (!l.params.v4_decode) {
-            if (l.params.v4_q_pairs) {
-              sim_launch_fast4<S, 2, 2>(l, fma, pin);
-            } else {
-              sim_launch_fast4<S, 1, 2>(l, fma, pin);
-            }
+            sim_launch_fast4_shape<S, 2>(l, fma, pin);
             break;
           }
         }
         throw error("sim_launch_fast: no fp8_ds_mla instantiation " + ropekv_gpu::rk_v4_spec_name(l.params));
       }
       if (l.params.v4_decode) {
-        if (l.params.v4_q_pairs) {
-          sim_launch_fast4<S, 2, 1>(l, fma, pin);
-        } else {
-          sim_launch_fast4<S, 1, 1>(l, fma, pin);
-        }
-      } else if (l.params.v4_q_pairs) {
-        sim_launch_fast4<S, 2, 0>(l, fma, pin);
+        sim_launch_fast4_shape<S, 1>(l, fma, pin);
       } else {
-        sim_launch_fast4<S, 1, 0>(l, fma, pin);
+        sim_launch_fast4_shape<S, 0>(l, fma, pin);
       }
       break;
     default:

@@ -738,3 +738,30 @@ TEST_CASE("sim: fp8_ds_mla on fast_v4, bit for bit the general body's, special v
     }
   }
 }
+
+// The plan's zero-copy rows per lane: the most (4 gptj, 2 neox) that keep >= 4096 q groups
+// (a group: 32 lanes, 8 per row at Dr = 64 gptj, 4 neox).
+TEST_CASE("fast_v4 zero-copy: rows per lane by the number of q groups") {
+  struct want_rows {
+    const char* repro;
+    int32_t rows;
+  };
+  const want_rows cases[] = {
+      {"tq=1 ts=1 tk=1 h=128 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=1", 1},
+      {"tq=256 ts=256 tk=256 h=128 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=4", 2},     // 4096 groups of 2
+      {"tq=1024 ts=1024 tk=1024 h=128 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=16", 4}, // 8192 groups of 4
+      {"tq=1000 ts=1000 tk=1000 h=16 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=16", 1},
+      {"tq=2048 ts=2048 tk=2048 h=16 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=32", 2},
+      {"tq=4096 ts=4096 tk=4096 h=16 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=64", 4},
+      {"tq=4096 ts=4096 tk=4096 h=16 dn=8 dr=64 in=bf16 qo=bf16 cache=bf16 nb=64 style=neox", 2},
+  };
+  for (const want_rows& w : cases) {
+    case_data c = make_case(parse_problem(w.repro));
+    apply_zero_copy(c);
+    const ropekv_gpu::rk_launch l = ropekv_gpu::rk_make_launch(c.args);
+    INFO(w.repro, " ", l.variant);
+    CHECK(l.params.skip_q_nope == 1);
+    CHECK(l.params.v4_zc_rows == w.rows);
+    CHECK(ropekv_gpu::rk_v4_q_shape(l.params) == 0);
+  }
+}
