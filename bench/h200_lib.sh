@@ -49,13 +49,15 @@ bench_runs() {
   cp "$W/bench-$name-3.json" "$OUT/"
 }
 
-# bench_before_after BENCH-ARGS...: `bench --backend hip` with $BEFORE and $BIN alternated, three
-# runs each, into the summary; the third runs' JSON go to $OUT. Nothing without $BEFORE.
+# bench_before_after BENCH-ARGS...: `bench --backend hip` with $BEFORE and $BIN alternated, $RUNS
+# (default three) runs each, into the summary; the last runs' JSON go to $OUT. Nothing without
+# $BEFORE.
 bench_before_after() {
   [ -n "${BEFORE:-}" ] || return 0
   local run side b
-  say "bench ($*): before and after alternated, three runs each"
-  for run in 1 2 3; do
+  local runs=${RUNS:-3}
+  say "bench ($*): before and after alternated, $runs runs each"
+  for run in $(seq 1 "$runs"); do
     for side in before after; do
       b=$BIN; [ "$side" = before ] && b=$BEFORE
       "$b" bench --backend hip "$@" --json "$W/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
@@ -63,5 +65,5 @@ bench_before_after() {
       tee -a "$summary" < "$W/bench-$side-$run.log"
     done
   done
-  cp "$W/bench-before-3.json" "$W/bench-after-3.json" "$OUT/"
+  cp "$W/bench-before-$runs.json" "$W/bench-after-$runs.json" "$OUT/"
 }
