@@ -580,4 +580,31 @@ case_data make_case(const problem& prob) {
   return c;
 }
 
+void point_q_nope_into_q_out(case_data& c) {
+  op_args& a = c.args;
+  if (a.q_out.type != a.q_nope.type)
+    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+  const int64_t dn = a.q_nope.shape[2];
+  a.q_nope = make_view(a.q_nope.type, a.q_out.data, {a.q_out.shape[0], a.q_out.shape[1], dn},
+                       {a.q_out.strides_elems[0], a.q_out.strides_elems[1], 1});
+}
+
+void apply_zero_copy(case_data& c) {
+  const op_args& a = c.args;
+  if (a.q_out.type != a.q_nope.type)
+    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+  const int64_t sz = static_cast<int64_t>(dtype_size_bytes(a.q_nope.type));
+  const int64_t tq = a.q_nope.shape[0], h = a.q_nope.shape[1], dn = a.q_nope.shape[2];
+  for (int64_t t = 0; t < tq; ++t) {
+    for (int64_t i = 0; i < h; ++i) {
+      const char* src = static_cast<const char*>(a.q_nope.data) +
+                        (t * a.q_nope.strides_elems[0] + i * a.q_nope.strides_elems[1]) * sz;
+      char* dst = static_cast<char*>(a.q_out.data) +
+                  (t * a.q_out.strides_elems[0] + i * a.q_out.strides_elems[1]) * sz;
+      std::memcpy(dst, src, static_cast<size_t>(dn * sz));
+    }
+  }
+  point_q_nope_into_q_out(c);
+}
+
 }  // namespace ropekv

@@ -69,4 +69,10 @@ bool is_output_buffer(const problem& prob, const std::string& name);
 // when an allocation fails.
 case_data make_case(const problem& prob);
 
+// Turns a case into zero-copy concat (core/SPEC.md): copies q_nope's rows into the first Dn
+// columns of q_out and points args.q_nope there. Needs q_out's dtype == q_nope's (arg_error).
+void apply_zero_copy(case_data& c);
+// Points args.q_nope at q_out's first Dn columns again (after clone(), which rebuilds the views).
+void point_q_nope_into_q_out(case_data& c);
+
 }  // namespace ropekv
