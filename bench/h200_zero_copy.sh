@@ -7,10 +7,13 @@
 #    beside the build before (cuobjdump);
 #  - ab (PART=ab): copy and zero-copy mode, the build before and this one alternated, three runs
 #    each (each run measures its own copy ceiling);
-#  - fuzz (PART=fuzz): ref vs hip 2000 cases, sim vs hip bit for bit 1000 (the q rows' code moved).
+#  - sweep (PART=sweep): zero-copy rows per lane 1, 2, 4 and the plan's choice at the large
+#    cases, one run;
+#  - fuzz (PART=fuzz): ref vs hip FUZZ_CASES (2000) cases, sim vs hip bit for bit half as many.
+#   RUNS               ab: runs per binary (default 3)
 #   ROPEKV_BIN         the nvcc build under test (default build-gpubin/ropekv)
 #   ROPEKV_BIN_BEFORE  the nvcc build before (ab and the register diff; skipped if unset)
-#   PART               verify, ab, fuzz, or all (default)
+#   PART               verify, ab, sweep, fuzz, or all (default)
 # Keeps at most 8 files under OUT (the device returns no more).
 set -uo pipefail
 BEFORE=${ROPEKV_BIN_BEFORE:-}
@@ -39,6 +42,12 @@ if [ "$PART" = all ] || [ "$PART" = verify ]; then
 fi
 if [ "$PART" = all ] || [ "$PART" = ab ]; then
   bench_before_after --cache bf16,fp8_e4m3fn --mode copy,zero_copy "${cases[@]}"
+fi
+if [ "$PART" = all ] || [ "$PART" = sweep ]; then
+  "$BIN" bench --backend hip --mode zero_copy --cache bf16,fp8_e4m3fn --case deepseek-v3:1024 --case deepseek-v3:4096 \
+    --case deepseek-v3-tp8:8192 --variant auto,zcr=1,zcr=2,zcr=4 --json "$OUT/bench-sweep.json" > "$W/sweep.log" 2>&1
+  say "--- zero-copy rows per lane (rc $?):"
+  tee -a "$summary" < "$W/sweep.log"
 fi
 if [ "$PART" = all ] || [ "$PART" = fuzz ]; then
   campaign ref-hip ref,hip ${FUZZ_CASES:-2000} --seed 20261207
