@@ -57,8 +57,10 @@ install(FILES ${ROPEKV_CORE_HEADERS} DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDI
 install(FILES ${ROPEKV_HARNESS_HEADERS} DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDIR}/harness)
 install(FILES ${PROJECT_SOURCE_DIR}/backends/cpu/cpu_backend.h DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDIR}/backends/cpu)
 install(FILES ${PROJECT_SOURCE_DIR}/backends/sim/sim_backend.h DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDIR}/backends/sim)
-install(FILES ${PROJECT_SOURCE_DIR}/backends/hip/kernel.h ${PROJECT_SOURCE_DIR}/backends/hip/gpu_compat.h
-              ${PROJECT_SOURCE_DIR}/backends/hip/fp8_encode.h
+# the kernel's source: kernel.h and every header it includes (kernel_*.h, one per role)
+file(GLOB ROPEKV_KERNEL_PART_HEADERS ${PROJECT_SOURCE_DIR}/backends/hip/kernel_*.h)
+install(FILES ${PROJECT_SOURCE_DIR}/backends/hip/kernel.h ${ROPEKV_KERNEL_PART_HEADERS}
+              ${PROJECT_SOURCE_DIR}/backends/hip/gpu_compat.h ${PROJECT_SOURCE_DIR}/backends/hip/fp8_encode.h
         DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDIR}/backends/hip)
 if(TARGET ropekv_hip)
   install(FILES ${PROJECT_SOURCE_DIR}/backends/hip/hip_backend.h DESTINATION ${ROPEKV_INSTALL_TREE_INCLUDEDIR}/backends/hip)

@@ -513,6 +513,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                                bname, bc.prob.to_repro(), mode, v);
           }
         }
+        progress(fmt::format("measuring {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
         set_kernel_variant(v);
         timing t;
         try {
