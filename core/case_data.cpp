@@ -433,6 +433,24 @@ void fill_indices(const problem& p, const op_args& a) {
 
 }  // namespace
 
+namespace {
+// Points args.q_nope at q_out's first Dn columns (zero-copy concat).
+void point_q_nope_into_q_out(case_data& c) {
+  op_args& a = c.args;
+  if (a.q_out.type != a.q_nope.type)
+    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+  const int64_t dn = a.q_nope.shape[2];
+  a.q_nope = make_view(a.q_nope.type, a.q_out.data, {a.q_out.shape[0], a.q_out.shape[1], dn},
+                       {a.q_out.strides_elems[0], a.q_out.strides_elems[1], 1});
+}
+
+// A copy of a zero-copy case is zero-copy too: make_args rebuilds q_nope as its own buffer's
+// view, so point it back into the copy's q_out when the source's q_nope lay in its q_out.
+void keep_zero_copy(const case_data& from, case_data& to) {
+  if (from.args.q_nope.data != nullptr && from.args.q_nope.data == from.args.q_out.data) point_q_nope_into_q_out(to);
+}
+}  // namespace
+
 std::vector<memory_region> case_data::regions() {
   std::vector<memory_region> out;
   out.reserve(buffers.size());
@@ -450,6 +468,7 @@ case_data case_data::clone() const {
     c.buffers.emplace(name, std::move(copy));
   }
   c.args = make_args(c.prob, c.buffers);
+  keep_zero_copy(*this, c);
   return c;
 }
 
@@ -505,6 +524,7 @@ case_data case_data::clone_outputs() const {
     c.buffers.emplace(name, std::move(fresh));
   }
   c.args = make_args(c.prob, c.buffers);
+  keep_zero_copy(*this, c);
   return c;
 }
 
@@ -578,15 +598,6 @@ case_data make_case(const problem& prob) {
     std::memcpy(c.args.q_scale_tensor.data, &prob.q_scale, sizeof(float));
   }
   return c;
-}
-
-void point_q_nope_into_q_out(case_data& c) {
-  op_args& a = c.args;
-  if (a.q_out.type != a.q_nope.type)
-    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
-  const int64_t dn = a.q_nope.shape[2];
-  a.q_nope = make_view(a.q_nope.type, a.q_out.data, {a.q_out.shape[0], a.q_out.shape[1], dn},
-                       {a.q_out.strides_elems[0], a.q_out.strides_elems[1], 1});
 }
 
 void apply_zero_copy(case_data& c) {

@@ -30,7 +30,7 @@ struct case_data {
 
   // Every buffer as a region (guards included), for backend::run_host.
   std::vector<memory_region> regions();
-  // A deep copy (same bytes, views rebased into the copy).
+  // A deep copy (same bytes, views rebased into the copy; a zero-copy q_nope stays in q_out).
   case_data clone() const;
   // A copy for one run of the case: the buffers the op writes (is_output_buffer) are deep copies,
   // every other buffer shares this case's memory (host_buffer::share). An output this case
@@ -71,8 +71,7 @@ case_data make_case(const problem& prob);
 
 // Turns a case into zero-copy concat (core/SPEC.md): copies q_nope's rows into the first Dn
 // columns of q_out and points args.q_nope there. Needs q_out's dtype == q_nope's (arg_error).
+// clone() and clone_outputs() of such a case keep q_nope in the copy's q_out.
 void apply_zero_copy(case_data& c);
-// Points args.q_nope at q_out's first Dn columns again (after clone(), which rebuilds the views).
-void point_q_nope_into_q_out(case_data& c);
 
 }  // namespace ropekv

@@ -27,6 +27,7 @@
 #include "core/memory_budget.h"
 #include "core/presets.h"
 #include "core/problem.h"
+#include "harness/fuzz.h"
 #include "harness/progress.h"
 #include "tools/backends_registry.h"
 #include "tools/cli.h"
@@ -296,29 +297,24 @@ void set_kernel_variant(const std::string& request) {
 }
 
 namespace {
-// bench --verify: case `base` (never run; zero-copy applied when zc) once on `be` with kernel
-// variant `variant` and once on the reference, each on its own copy; compared as fuzz compares.
-case_report verify_against_reference(backend& be, backend& ref, const case_data& base, bool zc,
-                                     const std::string& variant) {
-  case_data c = base.clone();
-  if (zc) apply_zero_copy(c);
-  case_data want = c.clone();
+// The kernel variant `request` for one scope: the process-wide overrides go back to the plan's
+// own choice when it ends, also when a backend throws.
+struct kernel_variant_scope {
+  explicit kernel_variant_scope(const std::string& request) { set_kernel_variant(request); }
+  ~kernel_variant_scope() { ropekv_gpu::rk_variant_overrides() = {}; }
+  kernel_variant_scope(const kernel_variant_scope&) = delete;
+  kernel_variant_scope& operator=(const kernel_variant_scope&) = delete;
+};
+
+// bench --verify: `c` (never run) once on `be` with kernel variant `variant`, and on the
+// reference, each on its own copy (a zero-copy case stays one: clone()); compared as fuzz compares.
+case_report verify_against_reference(backend& be, backend& ref, const case_data& c, const std::string& variant) {
   case_data got = c.clone();
-  if (zc) {  // clone() rebuilds the views from the problem: q_nope back into q_out
-    point_q_nope_into_q_out(want);
-    point_q_nope_into_q_out(got);
-  }
-  ropekv_gpu::rk_variant_overrides() = {};
-  ref.run_host(want.args, want.regions());
-  set_kernel_variant(variant);
-  try {
+  {
+    const kernel_variant_scope scope(variant);
     be.run_host(got.args, got.regions());
-  } catch (...) {
-    ropekv_gpu::rk_variant_overrides() = {};
-    throw;
   }
-  ropekv_gpu::rk_variant_overrides() = {};
-  return compare_runs(c, want, got, compare_options{});
+  return compare_with_reference(c, got, ref, compare_options{});
 }
 }  // namespace
 
@@ -497,13 +493,14 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
       const bool zc = mode == "zero_copy";
       case_data c = base.clone();
       if (zc) apply_zero_copy(c);
+      const case_data initial = o.verify ? c.clone() : case_data{};  // c before any run (--verify)
       const bench_bytes bytes = count_bytes(c.args);
       for (const std::string& v : variants) {
         ++measured;
         std::string verified = "not run";
         if (o.verify) {
           progress(fmt::format("verifying {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
-          const case_report r = verify_against_reference(*be, *ref, base, zc, v);
+          const case_report r = verify_against_reference(*be, *ref, initial, v);
           verified = r.outcome == case_outcome::passed ? "passed" : "failed";
           if (r.outcome != case_outcome::passed) {
             ++verify_failures;
@@ -514,9 +511,9 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
           }
         }
         progress(fmt::format("measuring {} of {}: {}, mode {}, variant {}", measured, measurements, bc.name, mode, v));
-        set_kernel_variant(v);
         timing t;
-        try {
+        {
+          const kernel_variant_scope scope(v);
           if (gpu) {
 #if defined(ROPEKV_HAVE_HIP)
             gpu_bench_options go;
@@ -531,11 +528,7 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
           } else {
             t = time_cpu(*be, c, o.budget_s);
           }
-        } catch (...) {
-          ropekv_gpu::rk_variant_overrides() = {};
-          throw;
         }
-        ropekv_gpu::rk_variant_overrides() = {};
         const double gbps = static_cast<double>(bytes.total()) / (t.us_median * 1e-6) / 1e9;
         const double floor_us = static_cast<double>(bytes.total()) / (copy_gbps * 1e9) * 1e6;
         const double pct = 100.0 * gbps / copy_gbps;
