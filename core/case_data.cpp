@@ -104,7 +104,7 @@ std::map<std::string, int64_t> buffer_sizes(const problem& p) {
   const layout l = layout_of(p);
   std::map<std::string, int64_t> s;
   const int64_t q_rows = sat_mul(p.tq, p.heads);
-  s["q_nope"] = sat_bytes(sat_mul(q_rows, l.q_nope_row), p.in_dtype);
+  if (!p.zero_copy) s["q_nope"] = sat_bytes(sat_mul(q_rows, l.q_nope_row), p.in_dtype);
   s["q_pe"] = sat_bytes(sat_mul(q_rows, l.q_pe_row), p.in_dtype);
   const int64_t k_rows = sat_mul(p.tk, p.kv_heads);
   if (p.kv_layout == kv_storage::fused) {
@@ -162,10 +162,12 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
   op_args a;
   const int64_t T = p.tq, H = p.heads;
   if (p.q_layout == q_storage::token_major) {
-    a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {H * l.q_nope_row, l.q_nope_row, 1});
+    if (!p.zero_copy)
+      a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {H * l.q_nope_row, l.q_nope_row, 1});
     a.q_pe = make_view(p.in_dtype, buf(b, "q_pe"), {T, H, p.dr}, {H * l.q_pe_row, l.q_pe_row, 1});
   } else {  // memory [H, T, D] viewed as [T, H, D]
-    a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {l.q_nope_row, T * l.q_nope_row, 1});
+    if (!p.zero_copy)
+      a.q_nope = make_view(p.in_dtype, buf(b, "q_nope"), {T, H, p.dn}, {l.q_nope_row, T * l.q_nope_row, 1});
     a.q_pe = make_view(p.in_dtype, buf(b, "q_pe"), {T, H, p.dr}, {l.q_pe_row, T * l.q_pe_row, 1});
   }
   // k rows: [Tk, D] (kh = 1), or [Tk, KH, D] token-major (kh > 1)
@@ -191,6 +193,8 @@ op_args make_args(const problem& p, std::map<std::string, host_buffer>& b) {
     a.sin = make_view(p.table_dtype, buf(b, "sin"), {p.table_rows, p.dr / 2}, {l.table_row, 1});
   }
   a.q_out = make_view(p.q_out_dtype, buf(b, "q_out"), {T, H, p.dn + p.dr}, {H * l.q_out_row, l.q_out_row, 1});
+  // zero-copy concat: q_nope is q_out's first Dn columns (make_case fills them through this view)
+  if (p.zero_copy) a.q_nope = make_view(p.in_dtype, a.q_out.data, {T, H, p.dn}, {H * l.q_out_row, l.q_out_row, 1});
   const int64_t nb = p.num_blocks, bs = p.block_size;
   // caches: [nb, bs, D] (kh = 1), or [nb, KH, bs, D] (kh > 1; memory order: layout_of)
   auto cache_view = [&](uint8_t* base, int64_t width, int i) {
@@ -433,23 +437,6 @@ void fill_indices(const problem& p, const op_args& a) {
 
 }  // namespace
 
-namespace {
-// Points args.q_nope at q_out's first Dn columns (zero-copy concat).
-void point_q_nope_into_q_out(case_data& c) {
-  op_args& a = c.args;
-  if (a.q_out.type != a.q_nope.type)
-    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
-  const int64_t dn = a.q_nope.shape[2];
-  a.q_nope = make_view(a.q_nope.type, a.q_out.data, {a.q_out.shape[0], a.q_out.shape[1], dn},
-                       {a.q_out.strides_elems[0], a.q_out.strides_elems[1], 1});
-}
-
-// A copy of a zero-copy case is zero-copy too: make_args rebuilds q_nope as its own buffer's
-// view, so point it back into the copy's q_out when the source's q_nope lay in its q_out.
-void keep_zero_copy(const case_data& from, case_data& to) {
-  if (from.args.q_nope.data != nullptr && from.args.q_nope.data == from.args.q_out.data) point_q_nope_into_q_out(to);
-}
-}  // namespace
 
 std::vector<memory_region> case_data::regions() {
   std::vector<memory_region> out;
@@ -468,7 +455,6 @@ case_data case_data::clone() const {
     c.buffers.emplace(name, std::move(copy));
   }
   c.args = make_args(c.prob, c.buffers);
-  keep_zero_copy(*this, c);
   return c;
 }
 
@@ -524,7 +510,6 @@ case_data case_data::clone_outputs() const {
     c.buffers.emplace(name, std::move(fresh));
   }
   c.args = make_args(c.prob, c.buffers);
-  keep_zero_copy(*this, c);
   return c;
 }
 
@@ -601,9 +586,11 @@ case_data make_case(const problem& prob) {
 }
 
 void apply_zero_copy(case_data& c) {
+  if (c.prob.zero_copy) return;
   const op_args& a = c.args;
   if (a.q_out.type != a.q_nope.type)
-    throw arg_error("zero_copy", "q_out dtype == q_nope dtype", std::string(dtype_name(a.q_out.type)));
+    throw arg_error("zero_copy", fmt::format("q_out dtype == q_nope dtype ({})", dtype_name(a.q_nope.type)),
+                    std::string(dtype_name(a.q_out.type)));
   const int64_t sz = static_cast<int64_t>(dtype_size_bytes(a.q_nope.type));
   const int64_t tq = a.q_nope.shape[0], h = a.q_nope.shape[1], dn = a.q_nope.shape[2];
   for (int64_t t = 0; t < tq; ++t) {
@@ -615,7 +602,10 @@ void apply_zero_copy(case_data& c) {
       std::memcpy(dst, src, static_cast<size_t>(dn * sz));
     }
   }
-  point_q_nope_into_q_out(c);
+  // the case is now what make_case builds for the problem with zero_copy=1 (up to its bytes)
+  c.prob.zero_copy = true;
+  c.buffers.erase("q_nope");
+  c.args = make_args(c.prob, c.buffers);
 }
 
 }  // namespace ropekv

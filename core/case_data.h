@@ -30,7 +30,7 @@ struct case_data {
 
   // Every buffer as a region (guards included), for backend::run_host.
   std::vector<memory_region> regions();
-  // A deep copy (same bytes, views rebased into the copy; a zero-copy q_nope stays in q_out).
+  // A deep copy (same bytes, views rebased into the copy).
   case_data clone() const;
   // A copy for one run of the case: the buffers the op writes (is_output_buffer) are deep copies,
   // every other buffer shares this case's memory (host_buffer::share). An output this case
@@ -69,9 +69,10 @@ bool is_output_buffer(const problem& prob, const std::string& name);
 // when an allocation fails.
 case_data make_case(const problem& prob);
 
-// Turns a case into zero-copy concat (core/SPEC.md): copies q_nope's rows into the first Dn
-// columns of q_out and points args.q_nope there. Needs q_out's dtype == q_nope's (arg_error).
-// clone() and clone_outputs() of such a case keep q_nope in the copy's q_out.
+// Turns a case into zero-copy concat (core/SPEC.md, repro key zero_copy): copies q_nope's rows
+// into the first Dn columns of q_out, sets prob.zero_copy, drops the q_nope buffer and points
+// args.q_nope at q_out (as make_case does for such a problem). Needs q_out's dtype == q_nope's
+// (arg_error). Nothing to do for a zero-copy case.
 void apply_zero_copy(case_data& c);
 
 }  // namespace ropekv

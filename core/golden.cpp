@@ -1251,17 +1251,23 @@ golden_case load_golden_case(const std::string& path) {
   for (const auto& [name, r] : g.file.deferred)
     for (const std::string& n : r.concat)
       if (n.find('.') != std::string::npos) concat_sources.insert(n);
+  // zero_copy=1: q_nope is q_out's first Dn columns, so the file's q_nope and q_out.initial hold
+  // those bytes twice; they must agree (checked once both are in)
+  const bool zero_copy = g.file.prob.zero_copy;
+  golden_tensor file_q_nope;
   for (const golden_tensor_spec& spec : specs) {
     if (is_expected(spec.name)) continue;
     const tensor_view& v = view_named(g.initial.args, spec.name);
     auto st = g.file.tensors.find(spec.name);
     if (st != g.file.tensors.end()) {
       scatter(st->second, v, spec.name);
+      if (zero_copy && spec.name == "q_nope") file_q_nope = st->second;
       if (!concat_sources.count(spec.name)) g.file.tensors.erase(st);  // a concat reads an input from the case
       continue;
     }
     const derived_recipe& r = g.file.deferred.at(spec.name);
-    if (r.fill_byte >= 0 && r.fill_byte != poison_byte) {  // make_case poisoned it already
+    // make_case poisoned it already (with zero_copy=1 q_out's nope columns hold q_nope instead)
+    if (r.fill_byte >= 0 && (r.fill_byte != poison_byte || (zero_copy && spec.name == "q_out.initial"))) {
       const size_t esz = dtype_size_bytes(v.type);
       uint8_t* base = static_cast<uint8_t*>(v.data);
       for_each_element(v, [&](int64_t off, int64_t) {
@@ -1269,6 +1275,9 @@ golden_case load_golden_case(const std::string& path) {
       });
     }
   }
+  if (zero_copy && gather(g.initial.args.q_nope).bytes != file_q_nope.bytes)
+    file_error(path, "q_out.initial", "its first Dn columns equal to q_nope (zero_copy=1: q_nope lies in q_out)",
+               "other bytes");
   // The file's call must be one the contract accepts (slots within the cache and distinct,
   // positions within the table, ...): a bad file is the file's error, named as such, before any
   // backend runs, never an ERRORED case blamed on the kernel.

@@ -24,12 +24,12 @@ namespace ropekv {
 namespace {
 
 // Every repro key, in the canonical print order (docs/golden-format.md).
-constexpr std::array<const char*, 44> repro_keys = {
+constexpr std::array<const char*, 45> repro_keys = {
     "tq",        "ts",        "tk",         "h",          "kh",        "dn",        "dr",        "p",
     "bs",        "nb",        "in",         "table_dtype", "pos",      "slot",      "qo",
     "cache",     "table",     "style",      "layout",     "ds_scale",  "order",     "scale_conv", "pad_q",
     "pos_oob",   "inplace_q", "inplace_k",  "k_scale",    "q_scale",   "scales",    "q_layout",
-    "kv_layout", "dec_out",   "dec",
+    "zero_copy", "kv_layout", "dec_out",   "dec",
     "row_pad",   "entry_pad", "block_pad",  "table_pad",  "pad_slots", "pad_at",    "positions",
     "rope_table", "amp",      "seed",       "",
 };
@@ -275,6 +275,7 @@ std::string problem::to_repro() const {
   add("q_scale", q_scale);
   add("scales", to_string(scales));
   add("q_layout", to_string(q_layout));
+  add("zero_copy", zero_copy ? 1 : 0);
   add("kv_layout", to_string(kv_layout));
   add("dec_out", dec_out_text(*this));
   add("dec", dec_tokens);
@@ -303,6 +304,7 @@ bool problem::operator==(const problem& o) const {
          opt.positions == o.opt.positions && opt.inplace_q == o.opt.inplace_q &&
          opt.inplace_k == o.opt.inplace_k && f32_bits(k_scale) == f32_bits(o.k_scale) &&
          f32_bits(q_scale) == f32_bits(o.q_scale) && scales == o.scales && q_layout == o.q_layout &&
+         zero_copy == o.zero_copy &&
          dec_q_pe == o.dec_q_pe && dec_zeros == o.dec_zeros && dec_k_pe == o.dec_k_pe &&
          dec_tokens == o.dec_tokens &&
          kv_layout == o.kv_layout && row_pad_elems == o.row_pad_elems &&
@@ -374,6 +376,7 @@ void set_problem_key(problem& p, std::string_view key, std::string_view val) {
   else if (key == "q_scale") p.q_scale = parse_f32(key, val);
   else if (key == "scales") p.scales = parse_enum<scale_storage>(val, kc);
   else if (key == "q_layout") p.q_layout = parse_enum<q_storage>(val, kc);
+  else if (key == "zero_copy") p.zero_copy = parse_flag(key, val);
   else if (key == "kv_layout") p.kv_layout = parse_enum<kv_storage>(val, kc);
   else if (key == "dec_out") parse_dec_out(p, key, val);
   else if (key == "dec") p.dec_tokens = parse_i64(key, val);
@@ -572,6 +575,16 @@ problem pin_problem(problem p, std::string_view pins) {
       if (free("cache") && p.cache_dtype == dtype::u8) p.cache_dtype = p.in_dtype;
     }
   }
+  // Zero-copy: q_out takes q's dtype (after the layouts, which may change it). A pinned
+  // zero_copy=1 moves a free qo there (or a free in to a pinned 16/32-bit qo); a drawn one that
+  // the pins rule out turns off.
+  if (p.zero_copy && p.q_out_dtype != p.in_dtype) {
+    if (free("qo")) p.q_out_dtype = p.in_dtype;
+    else if (free("zero_copy")) p.zero_copy = false;
+    else if (free("in") && is_input_dtype(p.q_out_dtype) &&
+             (p.opt.layout != cache_layout::fp8_ds_mla || p.q_out_dtype != dtype::f32))  // (its rope part is 16-bit)
+      p.in_dtype = p.q_out_dtype;
+  }
   check_problem(p);
   return parse_problem(p.to_repro());
 }
@@ -587,6 +600,9 @@ void check_problem(const problem& p) {
   if (p.opt.layout != cache_layout::fp8_ds_mla)
     check_dtype("cache", p.cache_dtype, is_output_dtype(p.cache_dtype), output_dtypes_allowed);
   check_range("pad_slots", p.pad_slots, 0, p.ts);
+  if (p.zero_copy && p.q_out_dtype != p.in_dtype)
+    throw arg_error("qo", fmt::format("{} (zero_copy=1: q_nope lies in q_out, so q_out takes q's dtype)", dtype_name(p.in_dtype)),
+                    dtype_name(p.q_out_dtype));
   if (p.dec_q_pe || p.dec_zeros) {
     if (p.dec_tokens < 0 || p.dec_tokens > p.tq)
       throw arg_error("dec", fmt::format("0 .. {} (N <= Tq = tq)", p.tq), std::to_string(p.dec_tokens));
@@ -796,6 +812,12 @@ problem random_problem(uint64_t seed, uint64_t case_index, int64_t max_tokens) {
     for (int64_t d = 2; d <= std::min<int64_t>(p.heads, 16); ++d)
       if (p.heads % d == 0) divisors.push_back(d);
     if (!divisors.empty()) p.kv_heads = divisors[r.below(divisors.size())];
+  }
+  // Zero-copy concat (q_nope already in q_out, as vLLM and SGLang call the op), drawn last for
+  // the same reason: q_out then takes q's dtype.
+  if (r.chance(0.15)) {
+    p.zero_copy = true;
+    p.q_out_dtype = p.in_dtype;
   }
   check_problem(p);
   return p;

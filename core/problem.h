@@ -45,6 +45,8 @@ struct problem {
   int64_t dec_tokens = 0;     // N: 0 <= N <= Tq; 0 unless decode_q_pe_out or q_nope_zeros_out is passed
   // memory layout of the case (strides are padded by these many elements)
   q_storage q_layout = q_storage::token_major;
+  bool zero_copy = false;       // repro key zero_copy: q_nope is q_out's first Dn columns (core/SPEC.md
+                                // "Zero-copy concat"; needs qo == in); the case has no q_nope buffer
   kv_storage kv_layout = kv_storage::separate;
   int64_t row_pad_elems = 0;    // extra elements after each innermost row of every input/q_out
   int64_t entry_pad_elems = 0;  // cache: entry stride = row width + entry_pad

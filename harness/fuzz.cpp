@@ -228,6 +228,7 @@ problem shrink_problem(const problem& start, case_outcome outcome, backend& a, b
   edits.push_back([](problem& p) { p.kv_layout = kv_storage::separate; });
   edits.push_back([](problem& p) { p.q_layout = q_storage::token_major; });
   edits.push_back([](problem& p) { p.opt.inplace_q = false; });
+  edits.push_back([](problem& p) { p.zero_copy = false; });
   edits.push_back([](problem& p) { p.opt.inplace_k = false; });
   edits.push_back([](problem& p) { p.opt.layout = cache_layout::joint; });
   edits.push_back([](problem& p) { p.opt.order = row_order::nope_first; });

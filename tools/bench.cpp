@@ -331,7 +331,7 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
                 "Preset cases pass the three decode outputs (decode_q_pe_out, k_pe_out, q_nope_zeros_out) with N "
                 "decode tokens (N capped at the case's Tq; at most 2^24); without it none")
       ->transform(decimal_in(0, int64_t{1} << 24));
-  b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list")->capture_default_str();
+  b->add_option("--mode", o.modes, "copy (q_nope separate), zero_copy (q_nope = first Dn columns of q_out), comma list; a --repro with zero_copy=1 runs in zero_copy mode only")->capture_default_str();
   b->add_option("--variant", o.variants, "Kernel variants, comma list; each auto|v4|v4generic|general|nozc|nopdl|hpb=N|gpb=N|kvs=N|kvr=0|1|qp=0|1|zcr=1..4|l2keep=0|1 joined by '+' (auto = v4 where eligible, its dtype-specialised instantiation, else the general body; v4 = auto; v4generic = v4 without dtype templates; general = the general body for every case; hpb = the general body's heads per block, gpb = v4 32-thread groups per block (1..8), kvs = v4 groups per cache entry's nope part (1, 2, 4), kvr = v4 cache rope units in their own group (default: fp8 caches), qp = v4 two q rows per group (default from 8192 q rows on), zcr = v4 zero-copy q rows per lane (1..4; default the most, up to 4 gptj or 2 neox, that keeps 4096 q groups), l2keep = fast cache stores with an L2 evict_last hint (default: the shuffled layout; CUDA sm_80+ only); nopdl = v4 without programmatic dependent launch (CUDA sm_90+ only; the default there))")->capture_default_str();
   b->add_flag("--cold", o.cold, "GPU: rotate input sets whose total exceeds 3x L2 (default: hot buffers)");
   b->add_option("--calls-per-graph", o.calls_per_graph, "GPU: op launches per graph replay")
@@ -405,9 +405,11 @@ int run_bench(const bench_opts& o, std::ostream& out, std::ostream& err) {
                  "raise --max-memory or bench fewer tokens");
   // Progress on stderr, a line per interval (harness/progress.h): what is being measured, k of n.
   progress_ticker ticker;
-  // zero-copy needs one dtype (q_nope lives in q_out): other cases skip that mode
+  // zero-copy needs one dtype (q_nope lives in q_out): other cases skip that mode; a repro with
+  // zero_copy=1 is zero-copy already, so it skips copy mode
   const auto mode_applies = [](const bench_case& bc, const std::string& mode) {
-    return mode != "zero_copy" || bc.prob.q_out_dtype == bc.prob.in_dtype;
+    if (mode == "copy") return !bc.prob.zero_copy;
+    return bc.prob.q_out_dtype == bc.prob.in_dtype;
   };
   int64_t measurements = 0, measured = 0;
   for (const bench_case& bc : cases)

@@ -48,7 +48,7 @@ class Unsupported(Exception):
 
 
 # ----------------------------------------------------------------------------------- problems
-_INT_KEYS = {"tq", "ts", "tk", "h", "kh", "dn", "dr", "p", "bs", "nb", "inplace_q", "inplace_k",
+_INT_KEYS = {"tq", "ts", "tk", "h", "kh", "dn", "dr", "p", "bs", "nb", "inplace_q", "inplace_k", "zero_copy",
              "row_pad", "entry_pad", "block_pad", "table_pad", "pad_slots", "seed", "dec"}
 _FLOAT_KEYS = {"k_scale", "q_scale", "amp"}
 _ALIASES = {"heads": "h", "kv_heads": "kh", "block_size": "bs", "num_blocks": "nb", "table_rows": "p",

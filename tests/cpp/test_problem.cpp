@@ -46,7 +46,7 @@ TEST_CASE("repro: canonical key order and default values") {
   CHECK(s.rfind("tq=1 ts=1 tk=1 h=128 kh=1 dn=512 dr=64 p=4096 bs=64 nb=1 in=bf16 table_dtype=bf16 "
                 "pos=i64 slot=i64 qo=bf16 cache=bf16 table=one style=gptj layout=joint "
                 "ds_scale=amax order=nope_first scale_conv=divide pad_q=computed pos_oob=error inplace_q=0 "
-                "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major kv_layout=separate "
+                "inplace_k=0 k_scale=1 q_scale=1 scales=host q_layout=token_major zero_copy=0 kv_layout=separate "
                 "dec_out=none dec=0 row_pad=0 entry_pad=0 block_pad=0 table_pad=0 pad_slots=0 pad_at=tail "
                 "positions=random rope_table=random amp=4 seed=1",
                 0) == 0);

@@ -115,7 +115,8 @@ DEFAULTS = {
     "cache": "bf16", "table": "one", "style": "gptj", "layout": "joint", "ds_scale": "amax", "order": "nope_first",
     "scale_conv": "divide", "pad_q": "computed", "pos_oob": "error", "inplace_q": False,
     "inplace_k": False, "k_scale": np.float32(1.0), "q_scale": np.float32(1.0),
-    "scales": "host", "q_layout": "token_major", "kv_layout": "separate", "row_pad": 0, "entry_pad": 0,
+    "scales": "host", "q_layout": "token_major", "zero_copy": False, "kv_layout": "separate", "row_pad": 0,
+    "entry_pad": 0,
     "block_pad": 0, "table_pad": 0, "pad_slots": 0, "pad_at": "tail", "positions": "random",
     "rope_table": "random", "amp": 4.0, "seed": 1, "dec_out": "none", "dec": 0,
 }
@@ -146,7 +147,7 @@ def parse_repro(text: str) -> dict:
             if value not in _ENUMS[key]:
                 raise ValueError(f"repro: {key} expects one of {_ENUMS[key]}, got {value!r}")
             out[key] = value
-        elif key in ("inplace_q", "inplace_k"):
+        elif key in ("inplace_q", "inplace_k", "zero_copy"):
             if value not in ("0", "1"):
                 raise ValueError(f"repro: {key} expects 0|1, got {value!r}")
             out[key] = value == "1"

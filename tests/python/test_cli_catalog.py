@@ -371,6 +371,9 @@ USAGE_CASES = [
                  id="golden write: pin tq=-1"),
     # --repro: values and constraints
     pytest.param(["fuzz", "--repro", "kh=3 h=4"], ["kh", "a divisor of h = 4", "got 3"], id="repro: kh not dividing h"),
+    pytest.param(["fuzz", "--repro", "in=bf16 qo=f32 zero_copy=1"], ["qo", "bf16 (zero_copy=1", "got f32"],
+                 id="repro: zero_copy with q_out in another dtype"),
+    pytest.param(["fuzz", "--repro", "zero_copy=2"], ["zero_copy", "got"], id="repro: zero_copy not 0 or 1"),
     pytest.param(["fuzz", "--repro", "seed=18446744073709551616"], ["seed", "'18446744073709551616'"], id="repro: seed 2^64"),
     pytest.param(["fuzz", "--repro", "tq=0x2"], ["tq", "decimal integer", "'0x2'"], id="repro: tq in hex"),
     pytest.param(["fuzz", "--repro", "=5"], ["repro", "key=value", "'=5'"], id="repro: a value without a key"),

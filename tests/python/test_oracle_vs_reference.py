@@ -25,6 +25,7 @@ SCALES_CASES = int(os.environ.get("ROPEKV_ORACLE_SCALES_CASES", "100"))
 DECODE_CASES = int(os.environ.get("ROPEKV_ORACLE_DECODE_CASES", "100"))
 DSMLA_CASES = int(os.environ.get("ROPEKV_ORACLE_DSMLA_CASES", "100"))
 KH_CASES = int(os.environ.get("ROPEKV_ORACLE_KH_CASES", "50"))
+ZC_CASES = int(os.environ.get("ROPEKV_ORACLE_ZC_CASES", "60"))
 
 
 def _write_random(ropekv_bin, out, cases, seed, *extra):
@@ -186,6 +187,25 @@ def test_reference_matches_oracle_with_kv_heads(ropekv_bin, tmp_path_factory, kh
     _check_pinned(ropekv_bin, tmp_path_factory, cases, SEED + 5 + kh, f"kh={kh}", f"kh={kh}", check_file)
     if cases >= 50:
         assert layouts["joint"] > 0 and layouts["split"] > 0 and layouts["shuffled"] > 0, layouts
+
+
+def test_reference_matches_oracle_zero_copy(ropekv_bin, tmp_path_factory):
+    """zero_copy=1 pinned (q_nope is q_out's first Dn columns): the files hold q_nope and a
+    q_out.initial whose first Dn columns are those same bytes; the oracle computes q_out from
+    them as for any case (computed rows: the nope columns are q_nope's values; skipped rows keep
+    q_out.initial), byte for byte. ROPEKV_ORACLE_ZC_CASES (default 60)."""
+    skipped = Counter()
+
+    def check_file(meta, tensors):
+        p = o.parse_repro(meta["repro"])
+        assert p["zero_copy"] and p["qo"] == p["in"], meta["repro"]
+        q_nope, initial = tensors["q_nope"], tensors["q_out.initial"]
+        assert np.array_equal(initial[..., : p["dn"]].view(np.uint8), q_nope.view(np.uint8))
+        skipped[p["pad_q"]] += 1
+
+    _check_pinned(ropekv_bin, tmp_path_factory, ZC_CASES, SEED + 9, "zero_copy=1", "zero-copy", check_file)
+    if ZC_CASES >= 40:
+        assert skipped["skipped"] > 0 and skipped["computed"] > 0, skipped
 
 
 def test_oracle_ds_mla_scales_by_hand():
