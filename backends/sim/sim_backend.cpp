@@ -20,7 +20,7 @@ namespace {
 using namespace sim_detail;
 
 // The general kernel (rk_fused_body).
-void sim_launch_fused(const ropekv_gpu::rk_launch& l, bool fma) { sim_grid<sim_fused>(l, fma); }
+void sim_launch_fused(const ropekv_gpu::rk_launch& l, const sim_config& c) { sim_grid<sim_fused>(l, c); }
 
 // Whether to run the FMA copy: the CPU has FMA, unless ROPEKV_SIM_FMA=0 asks for the portable
 // copy (to test it on an FMA machine; both compute the same bits).
@@ -45,6 +45,16 @@ bool sim_use_pins(bool fma) {
   return fma || ROPEKV_SIM_FMA_CLONE == 0;
 }
 
+// The order of the threads of a block (sim_config::wave_lanes): ROPEKV_SIM_WAVE unset or 0 in
+// order, 32 or 64 wave by wave with each wave's lanes reversed.
+uint32_t sim_wave_lanes() {
+  const char* env = std::getenv("ROPEKV_SIM_WAVE");
+  if (env == nullptr || std::string(env).empty() || std::string(env) == "0") return 0;
+  if (std::string(env) == "32") return 32;
+  if (std::string(env) == "64") return 64;
+  throw arg_error("ROPEKV_SIM_WAVE", "0, 32 or 64 (lanes per wavefront)", std::string("'") + env + "'");
+}
+
 class sim_backend final : public backend {
  public:
   std::string name() const override { return "sim"; }
@@ -66,18 +76,18 @@ class sim_backend final : public backend {
         // the same instantiation the GPU would launch (launch_plan.h rk_v4_visit), in the
         // default copy; the portable copy of an FMA build runs the generic one (same body,
         // dtypes read at run time: the same bits, at half the compile time)
-        if (ROPEKV_SIM_SPECIALISED && (fma_ || !ROPEKV_SIM_FMA_CLONE) && ropekv_gpu::rk_v4_specialised(l.params)) {
+        if (ROPEKV_SIM_SPECIALISED && (config_.fma || !ROPEKV_SIM_FMA_CLONE) && ropekv_gpu::rk_v4_specialised(l.params)) {
 #if ROPEKV_SIM_SPECIALISED
           ropekv_gpu::rk_v4_visit_q_style(l.params, [&](auto q, auto neox) {
-            sim_launch_fast_part<decltype(q)::value, decltype(neox)::value>(l, fma_, pin_);
+            sim_launch_fast_part<decltype(q)::value, decltype(neox)::value>(l, config_);
           });
 #endif
         } else {
-          sim_launch_fast<ropekv_gpu::rk_v4_generic>(l, fma_, pin_);
+          sim_launch_fast<ropekv_gpu::rk_v4_generic>(l, config_);
         }
         break;
       case ropekv_gpu::rk_kernel::fused:
-        sim_launch_fused(l, fma_);
+        sim_launch_fused(l, config_);
         break;
       default:
         throw error("sim: unknown rk_kernel " + std::to_string(static_cast<int>(l.kernel)));
@@ -86,13 +96,19 @@ class sim_backend final : public backend {
   std::string last_variant() const override { return variant_; }
   std::string device_description() const override {
     return std::string("sim: HIP kernel body on the CPU (OpenMP over blocks; fmaf: ") +
-           (fma_ ? "FMA instruction)" : "libm)");
+           (config_.fma ? "FMA instruction" : "libm") +
+           (config_.wave_lanes ? "; threads in " + std::to_string(config_.wave_lanes) + "-lane waves, lanes reversed)" : ")");
   }
 
  private:
   std::string variant_;
-  const bool fma_ = sim_use_fma();
-  const bool pin_ = sim_use_pins(fma_);
+  const sim_config config_ = [] {
+    sim_config c;
+    c.fma = sim_use_fma();
+    c.pin = sim_use_pins(c.fma);
+    c.wave_lanes = sim_wave_lanes();
+    return c;
+  }();
 };
 
 }  // namespace

@@ -19,4 +19,16 @@ int64_t sim_pinned_launches();
 // backends/sim/CMakeLists.txt).
 bool sim_specialised();
 
+// The sim's thread order within a block (ROPEKV_SIM_WAVE): the k-th thread run of a block of n
+// threads. wave_lanes 0: thread k; 32 or 64 (NVIDIA's and AMD's wavefront widths): wave by
+// wave, each wave's lanes from the last to the first (at 64 the two 32-lane groups of a wave
+// also swap). n when k names a lane past the block's end (a partial last wave: skipped). The
+// kernel has no cooperation between threads, so every order must write the same bytes.
+inline uint32_t sim_thread_at(uint32_t k, uint32_t n, uint32_t wave_lanes) {
+  if (wave_lanes == 0) return k;
+  const uint32_t base = k / wave_lanes * wave_lanes;
+  const uint32_t th = base + (wave_lanes - 1 - k % wave_lanes);
+  return th < n ? th : n;
+}
+
 }  // namespace ropekv

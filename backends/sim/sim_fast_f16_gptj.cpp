@@ -5,7 +5,7 @@
 #if ROPEKV_SIM_SPECIALISED
 namespace ropekv {
 namespace sim_detail {
-template void sim_launch_fast_part<ropekv_gpu::rk_f16, 0>(const ropekv_gpu::rk_launch&, bool, bool);
+template void sim_launch_fast_part<ropekv_gpu::rk_f16, 0>(const ropekv_gpu::rk_launch&, const sim_config&);
 }  // namespace sim_detail
 }  // namespace ropekv
 #endif

@@ -10,6 +10,7 @@
 
 #include "backends/hip/kernel.h"
 #include "backends/hip/launch_plan.h"
+#include "backends/sim/sim_backend.h"
 #include "core/error.h"
 
 #ifndef ROPEKV_SIM
@@ -78,6 +79,18 @@ struct pin_mla {
   }
 };
 
+// How the sim runs a launch: the FMA copy of the loops or the portable one, pinned loops allowed,
+// and the order of the threads of a block. wave_lanes 0: thread 0, 1, 2, ... one after another;
+// 32 or 64: wave by wave (a wavefront of that many lanes: NVIDIA's 32, AMD's 64), the lanes of
+// each wave from the last to the first, so that at 64 the two 32-lane groups of a wave run in
+// the other order as well. The kernel has no cooperation between threads, so every order must
+// give the same bytes (ROPEKV_SIM_WAVE; tests/cpp/test_sim_waves.cpp).
+struct sim_config {
+  bool fma = false;
+  bool pin = false;
+  uint32_t wave_lanes = 0;
+};
+
 // Launches that took a pinned loop (sim_pinned_launches), counted across the translation units.
 inline std::atomic<int64_t> g_pinned_launches{0};
 
@@ -87,15 +100,19 @@ inline std::atomic<int64_t> g_pinned_launches{0};
 // thread. The body is inlined into the thread loop, on a copy of the parameters that nothing
 // else can reach (so the compiler need not reload its fields after every store the body makes).
 template <class Kernel, class Pin>
-inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_launch& l) {
+inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_launch& l, uint32_t wave_lanes) {
   ropekv_gpu::rk_params p = l.params;
   Pin::apply(p);
   const int64_t blocks = static_cast<int64_t>(l.grid_x) * l.grid_y;
   const uint32_t grid_x = l.grid_x, block_threads = l.block_threads;
+  // the block's threads rounded up to whole waves (wave order: a partial last wave skips lanes)
+  const uint32_t slots = wave_lanes == 0 ? block_threads : (block_threads + wave_lanes - 1) / wave_lanes * wave_lanes;
 #pragma omp for schedule(dynamic, 16) nowait
   for (int64_t b = 0; b < blocks; ++b) {
     blockIdx = {static_cast<uint32_t>(b % grid_x), static_cast<uint32_t>(b / grid_x), 0};
-    for (uint32_t th = 0; th < block_threads; ++th) {
+    for (uint32_t k = 0; k < slots; ++k) {
+      const uint32_t th = sim_thread_at(k, block_threads, wave_lanes);
+      if (th >= block_threads) continue;
       threadIdx = {th, 0, 0};
       Kernel::run(p);
     }
@@ -103,8 +120,8 @@ inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_
 }
 
 template <class Kernel, class Pin>
-void sim_blocks(const ropekv_gpu::rk_launch& l) {
-  sim_blocks_impl<Kernel, Pin>(l);
+void sim_blocks(const ropekv_gpu::rk_launch& l, uint32_t wave_lanes) {
+  sim_blocks_impl<Kernel, Pin>(l, wave_lanes);
 }
 
 // The same code compiled for CPUs with an FMA unit: the kernel's fmaf (ROPEKV_FMAF, std::fmaf,
@@ -114,8 +131,8 @@ void sim_blocks(const ropekv_gpu::rk_launch& l) {
 // noise, 21.0 vs 20.6-21.5 ms.)
 #if ROPEKV_SIM_FMA_CLONE
 template <class Kernel, class Pin>
-__attribute__((target("fma"))) void sim_blocks_fma(const ropekv_gpu::rk_launch& l) {
-  sim_blocks_impl<Kernel, Pin>(l);
+__attribute__((target("fma"))) void sim_blocks_fma(const ropekv_gpu::rk_launch& l, uint32_t wave_lanes) {
+  sim_blocks_impl<Kernel, Pin>(l, wave_lanes);
 }
 #endif
 
@@ -127,27 +144,27 @@ __attribute__((target("fma"))) void sim_blocks_fma(const ropekv_gpu::rk_launch& 
 // copy of this kernel is compiled (the dtype-specialised fast instantiations: where the build
 // has an FMA copy, the portable copy runs the generic instantiation instead; sim_backend.cpp).
 template <class Kernel, class Pin = pin_none, bool Portable = true>
-void sim_grid(const ropekv_gpu::rk_launch& l, bool fma) {
+void sim_grid(const ropekv_gpu::rk_launch& l, const sim_config& c) {
+  const uint32_t wave = c.wave_lanes;
 #if ROPEKV_SIM_FMA_CLONE
-  if (!fma && !(Portable && std::is_same_v<Pin, pin_none>))
+  if (!c.fma && !(Portable && std::is_same_v<Pin, pin_none>))
     throw error("sim_grid: no portable (non-FMA) copy of this loop");
 #pragma omp parallel
   {
     gridDim = {l.grid_x, l.grid_y, 1};
     blockDim = {l.block_threads, 1, 1};
-    if (fma) {
-      sim_blocks_fma<Kernel, Pin>(l);
+    if (c.fma) {
+      sim_blocks_fma<Kernel, Pin>(l, wave);
     } else if constexpr (Portable && std::is_same_v<Pin, pin_none>) {
-      sim_blocks<Kernel, pin_none>(l);
+      sim_blocks<Kernel, pin_none>(l, wave);
     }
   }
 #else
-  (void)fma;
 #pragma omp parallel
   {
     gridDim = {l.grid_x, l.grid_y, 1};
     blockDim = {l.block_threads, 1, 1};
-    sim_blocks<Kernel, Pin>(l);
+    sim_blocks<Kernel, Pin>(l, wave);
   }
 #endif
 }
@@ -156,52 +173,52 @@ void sim_grid(const ropekv_gpu::rk_launch& l, bool fma) {
 // instantiations only; `pin`: pins allowed and the default copy runs), else the plain one. With
 // decode outputs (D = 1, rk_params::v4_decode) the plain loop only (compile time).
 template <class S, int R, int D>
-void sim_launch_fast4(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
+void sim_launch_fast4(const ropekv_gpu::rk_launch& l, const sim_config& c) {
   if constexpr ((S::neox == 0 || S::neox == 1) && D == 0) {
     using P = pin_mla<S::neox == 1 ? 4 : 8>;
-    if (pin && P::matches(l.params)) {
+    if (c.pin && P::matches(l.params)) {
       g_pinned_launches.fetch_add(1, std::memory_order_relaxed);
-      sim_grid<sim_fast4<S, R, D>, P, false>(l, fma);
+      sim_grid<sim_fast4<S, R, D>, P, false>(l, c);
       return;
     }
   }
-  sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v4_generic>>(l, fma);
+  sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v4_generic>>(l, c);
 }
 
 // fast_v4 with D: R by the q rows' shape (launch_plan.h rk_v4_q_shape), as hip_backend's
 // rk_fast4_pick_shape.
 template <class S, int D>
-void sim_launch_fast4_shape(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
+void sim_launch_fast4_shape(const ropekv_gpu::rk_launch& l, const sim_config& c) {
   switch (ropekv_gpu::rk_v4_q_shape(l.params)) {
-    case 0: sim_launch_fast4<S, 0, D>(l, fma, pin); return;
-    case 1: sim_launch_fast4<S, 1, D>(l, fma, pin); return;
-    case 2: sim_launch_fast4<S, 2, D>(l, fma, pin); return;
+    case 0: sim_launch_fast4<S, 0, D>(l, c); return;
+    case 1: sim_launch_fast4<S, 1, D>(l, c); return;
+    case 2: sim_launch_fast4<S, 2, D>(l, c); return;
     default: throw error("sim_launch_fast: no q row shape " + std::to_string(ropekv_gpu::rk_v4_q_shape(l.params)));
   }
 }
 
 // fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v4_visit).
 template <class S>
-void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
+void sim_launch_fast(const ropekv_gpu::rk_launch& l, const sim_config& c) {
   switch (l.kernel) {
     case ropekv_gpu::rk_kernel::fast4:
       if (l.params.ds_mla) {  // fp8_ds_mla entries: the instantiations the GPU has (hip_backend rk_fast4_pick)
         if constexpr (S::cache == ropekv_gpu::rk_e4m3fn || S::cache < 0) {
           if (l.params.v4_decode && S::cache < 0) {
-            sim_launch_fast4_shape<S, 3>(l, fma, pin);
+            sim_launch_fast4_shape<S, 3>(l, c);
             break;
           }
           if (!l.params.v4_decode) {
-            sim_launch_fast4_shape<S, 2>(l, fma, pin);
+            sim_launch_fast4_shape<S, 2>(l, c);
             break;
           }
         }
         throw error("sim_launch_fast: no fp8_ds_mla instantiation " + ropekv_gpu::rk_v4_spec_name(l.params));
       }
       if (l.params.v4_decode) {
-        sim_launch_fast4_shape<S, 1>(l, fma, pin);
+        sim_launch_fast4_shape<S, 1>(l, c);
       } else {
-        sim_launch_fast4_shape<S, 0>(l, fma, pin);
+        sim_launch_fast4_shape<S, 0>(l, c);
       }
       break;
     default:
@@ -214,13 +231,13 @@ void sim_launch_fast(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
 // quarter compiled in its own translation unit (sim_fast_<q>_<style>.cpp): with all of them in
 // one, the sim was the build's longest step by far.
 template <int32_t Q, int32_t NEOX>
-void sim_launch_fast_part(const ropekv_gpu::rk_launch& l, bool fma, bool pin) {
-  ropekv_gpu::rk_v4_visit_cache<Q, NEOX>(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, fma, pin); });
+void sim_launch_fast_part(const ropekv_gpu::rk_launch& l, const sim_config& c) {
+  ropekv_gpu::rk_v4_visit_cache<Q, NEOX>(l.params, [&](auto spec) { sim_launch_fast<decltype(spec)>(l, c); });
 }
-extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 0>(const ropekv_gpu::rk_launch&, bool, bool);
-extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 1>(const ropekv_gpu::rk_launch&, bool, bool);
-extern template void sim_launch_fast_part<ropekv_gpu::rk_f16, 0>(const ropekv_gpu::rk_launch&, bool, bool);
-extern template void sim_launch_fast_part<ropekv_gpu::rk_f16, 1>(const ropekv_gpu::rk_launch&, bool, bool);
+extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 0>(const ropekv_gpu::rk_launch&, const sim_config&);
+extern template void sim_launch_fast_part<ropekv_gpu::rk_bf16, 1>(const ropekv_gpu::rk_launch&, const sim_config&);
+extern template void sim_launch_fast_part<ropekv_gpu::rk_f16, 0>(const ropekv_gpu::rk_launch&, const sim_config&);
+extern template void sim_launch_fast_part<ropekv_gpu::rk_f16, 1>(const ropekv_gpu::rk_launch&, const sim_config&);
 
 }  // namespace sim_detail
 }  // namespace ropekv
