@@ -49,21 +49,25 @@ bench_runs() {
   cp "$W/bench-$name-3.json" "$OUT/"
 }
 
-# bench_before_after BENCH-ARGS...: `bench --backend hip` with $BEFORE and $BIN alternated, $RUNS
-# (default three) runs each, into the summary; the last runs' JSON go to $OUT. Nothing without
-# $BEFORE.
+# bench_before_after BENCH-ARGS...: `bench --backend hip` with $BEFORE and $BIN (and $EXTRA, a
+# third build, when set) alternated, $RUNS (default three) runs each, into the summary; the last
+# runs' JSON go to $OUT. Nothing without $BEFORE.
 bench_before_after() {
   [ -n "${BEFORE:-}" ] || return 0
   local run side b
   local runs=${RUNS:-3}
-  say "bench ($*): before and after alternated, $runs runs each"
+  local sides="before after"
+  [ -n "${EXTRA:-}" ] && sides="before after extra" && say "extra $("$EXTRA" info | head -1) ($EXTRA)"
+  say "bench ($*): $sides alternated, $runs runs each"
   for run in $(seq 1 "$runs"); do
-    for side in before after; do
-      b=$BIN; [ "$side" = before ] && b=$BEFORE
+    for side in $sides; do
+      b=$BIN; [ "$side" = before ] && b=$BEFORE; [ "$side" = extra ] && b=$EXTRA
       "$b" bench --backend hip "$@" --json "$W/bench-$side-$run.json" > "$W/bench-$side-$run.log" 2>&1
       say "--- $side, run $run"
       tee -a "$summary" < "$W/bench-$side-$run.log"
     done
   done
   cp "$W/bench-before-$runs.json" "$W/bench-after-$runs.json" "$OUT/"
+  [ -n "${EXTRA:-}" ] && cp "$W/bench-extra-$runs.json" "$OUT/"
+  return 0
 }

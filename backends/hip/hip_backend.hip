@@ -33,6 +33,8 @@ inline bool rk_launch_uses_pdl(const rk_launch& l) { return l.pdl && rk_pdl_supp
 // fp8_ds_mla instantiations (D & 2): at most 64 registers (4 blocks of 256) for the tile amax.
 // Zero-copy kernels (R = 0), gptj: at most 64 registers (4 blocks of 256); their rows hold up to
 // four q_pe units per lane (rk_v4_q_rope_rows).
+// (A cap of 40 registers, 6 blocks, measured 7-16% slower at the large zero-copy cases on the
+// H100: bench/results/h100-2026-12-07-zero-copy-rows1.)
 template <class S, int R, int D>
 inline constexpr int rk_fast4_min_blocks_for =
     (D & 2) ? 4 : R == 0 ? (S::neox == 0 ? 4 : 1) : (S::cache >= rk_e4m3fn && S::neox == 0) ? (R == 2 ? 4 : 5) : 1;
