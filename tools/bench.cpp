@@ -72,7 +72,9 @@ std::vector<std::string> default_cases(bool gpu) {
 
 std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
   std::vector<bench_case> out;
-  const std::vector<std::string> names = o.cases.empty() ? default_cases(gpu) : o.cases;
+  // no --case: the default cases, unless --repro names the cases to time
+  const std::vector<std::string> names =
+      !o.cases.empty() ? o.cases : o.repros.empty() ? default_cases(gpu) : std::vector<std::string>{};
   const std::vector<std::string> caches = split_list(o.caches, ',', "--cache");
   if (caches.empty()) throw arg_error("--cache", "a comma list of cache dtypes", o.caches);
   const std::vector<std::string> layouts = split_list(o.layouts, ',', "--layout");
@@ -114,7 +116,9 @@ std::vector<bench_case> build_cases(const bench_opts& o, bool gpu) {
       }
     }
   }
-  for (const std::string& r : o.repros) out.push_back({"repro", parse_problem(r)});
+  // one repro: "repro"; several: "repro1", "repro2", ... in the order given
+  for (size_t i = 0; i < o.repros.size(); ++i)
+    out.push_back({o.repros.size() == 1 ? std::string("repro") : fmt::format("repro{}", i + 1), parse_problem(o.repros[i])});
   return out;
 }
 
@@ -322,8 +326,8 @@ CLI::App* add_bench_command(CLI::App& app, bench_opts& o) {
   CLI::App* b = app.add_subcommand("bench", "Timing: us per call, bytes moved, GB/s and % of a copy measured in the same run");
   b->add_option("--backend", o.backend, "hip, sim or ref (alias cpu); default hip when compiled in and a GPU is visible, else ref")
       ->check(non_empty);
-  b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend");
-  b->add_option("--repro", o.repros, "Also time this case (a repro string; repeatable)")->check(non_empty);
+  b->add_option("--case", o.cases, "PRESET:TOKENS (repeatable); default: the decode and large model cases for the backend (none when --repro is given)");
+  b->add_option("--repro", o.repros, "Time this case (a repro string; repeatable; rows repro1, repro2, ... when several). Without --case only the repros run; with it, both")->check(non_empty);
   b->add_option("--cache", o.caches, "Cache dtypes for the preset cases, comma list")->capture_default_str();
   b->add_option("--layout", o.layouts, "Cache layouts for the preset cases, comma list: joint, split, shuffled, fp8_ds_mla (a u8 cache whatever --cache says)")->capture_default_str();
   b->add_option("--scales", o.scales, "How the preset cases pass k_scale / q_scale, comma list: host (floats), tensor ([1] f32 tensors the kernel reads at run time)")->capture_default_str();

@@ -20,7 +20,7 @@ struct bench_opts {
   bool force = false;  // --json may replace an existing file
   std::string backend;                 // "" = hip when compiled in and a GPU is visible, else ref
   std::vector<std::string> cases;      // PRESET:TOKENS; empty = the default list for the backend
-  std::vector<std::string> repros;     // extra cases (repro strings), run as given
+  std::vector<std::string> repros;     // cases as repro strings; alone (no `cases`), the only ones
   std::string caches = "bf16,fp8_e4m3fn";  // cache dtypes for the preset cases
   std::string layouts = "joint";          // cache layouts for the preset cases (joint, split, shuffled, fp8_ds_mla)
   std::string scales = "host";            // how the preset cases pass k_scale / q_scale (host, tensor)

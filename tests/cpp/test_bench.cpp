@@ -503,3 +503,26 @@ TEST_CASE("ropekv bench: bad options are errors naming the option") {
   o.cases = {"deepseek-v3"};
   CHECK_THROWS_WITH_AS(run_bench(o, out, err), doctest::Contains("--case"), arg_error);
 }
+
+// --repro without --case: only the repros, named repro1, repro2, ... in the order given.
+TEST_CASE("ropekv bench --repro alone times only the repros, each row named by its place") {
+  const std::string json = (std::filesystem::temp_directory_path() / "ropekv_test_bench_repros.json").string();
+  bench_opts o;
+  o.backend = "sim";
+  o.repros = {"tq=2 ts=2 tk=2 h=4 dn=16 dr=8 p=16 bs=4 nb=1 pad_q=skipped",
+              "tq=3 ts=3 tk=3 h=4 dn=16 dr=8 p=16 bs=4 nb=1 pad_q=computed"};
+  o.modes = "copy";
+  o.budget_s = 0;
+  o.copy_mb = 1;
+  o.json = json;
+  o.force = true;
+  std::ostringstream out, err;
+  REQUIRE(run_bench(o, out, err) == 0);
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  REQUIRE(j["results"].size() == 2);
+  CHECK(j["results"][0]["case"] == "repro1");
+  CHECK(j["results"][1]["case"] == "repro2");
+  CHECK(j["results"][1]["repro"].get<std::string>().find("pad_q=computed") != std::string::npos);
+  std::filesystem::remove(json);
+}
