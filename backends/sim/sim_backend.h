@@ -24,10 +24,9 @@ bool sim_specialised();
 // wave, each wave's lanes from the last to the first (at 64 the two 32-lane groups of a wave
 // also swap). n when k names a lane past the block's end (a partial last wave: skipped). The
 // kernel has no cooperation between threads, so every order must write the same bytes.
+// (wave_lanes a power of two: reversing each wave is k ^ (wave_lanes - 1), no division.)
 inline uint32_t sim_thread_at(uint32_t k, uint32_t n, uint32_t wave_lanes) {
-  if (wave_lanes == 0) return k;
-  const uint32_t base = k / wave_lanes * wave_lanes;
-  const uint32_t th = base + (wave_lanes - 1 - k % wave_lanes);
+  const uint32_t th = wave_lanes == 0 ? k : k ^ (wave_lanes - 1);
   return th < n ? th : n;
 }
 
