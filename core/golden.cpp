@@ -1247,22 +1247,23 @@ golden_case load_golden_case(const std::string& path) {
   g.file = golden_from_tensor_file(read_tensor_file(path), /*defer_derived=*/true);
   g.initial = make_case(g.file.prob);
   const std::vector<golden_tensor_spec> specs = golden_tensor_specs(g.file.prob);
-  std::set<std::string> concat_sources;  // stored tensors a deferred concat reads from the file
+  // stored tensors read from the file after they are in the case (freed at the end instead):
+  // those a deferred concat reads
+  std::set<std::string> kept_in_file;
   for (const auto& [name, r] : g.file.deferred)
     for (const std::string& n : r.concat)
-      if (n.find('.') != std::string::npos) concat_sources.insert(n);
+      if (n.find('.') != std::string::npos) kept_in_file.insert(n);
   // zero_copy=1: q_nope is q_out's first Dn columns, so the file's q_nope and q_out.initial hold
-  // those bytes twice; they must agree (checked once both are in)
+  // those bytes twice; they must agree (checked once both are in: the file's q_nope is kept)
   const bool zero_copy = g.file.prob.zero_copy;
-  golden_tensor file_q_nope;
+  if (zero_copy) kept_in_file.insert("q_nope");
   for (const golden_tensor_spec& spec : specs) {
     if (is_expected(spec.name)) continue;
     const tensor_view& v = view_named(g.initial.args, spec.name);
     auto st = g.file.tensors.find(spec.name);
     if (st != g.file.tensors.end()) {
       scatter(st->second, v, spec.name);
-      if (zero_copy && spec.name == "q_nope") file_q_nope = st->second;
-      if (!concat_sources.count(spec.name)) g.file.tensors.erase(st);  // a concat reads an input from the case
+      if (!kept_in_file.count(spec.name)) g.file.tensors.erase(st);  // a concat reads an input from the case
       continue;
     }
     const derived_recipe& r = g.file.deferred.at(spec.name);
@@ -1275,7 +1276,7 @@ golden_case load_golden_case(const std::string& path) {
       });
     }
   }
-  if (zero_copy && gather(g.initial.args.q_nope).bytes != file_q_nope.bytes)
+  if (zero_copy && gather(g.initial.args.q_nope).bytes != g.file.tensors.at("q_nope").bytes)
     file_error(path, "q_out.initial", "its first Dn columns equal to q_nope (zero_copy=1: q_nope lies in q_out)",
                "other bytes");
   // The file's call must be one the contract accepts (slots within the cache and distinct,
@@ -1293,7 +1294,7 @@ golden_case load_golden_case(const std::string& path) {
     auto st = g.file.tensors.find(spec.name);
     if (st != g.file.tensors.end()) {
       scatter(st->second, v, spec.name);
-      if (!concat_sources.count(spec.name)) g.file.tensors.erase(st);
+      if (!kept_in_file.count(spec.name)) g.file.tensors.erase(st);
       continue;
     }
     std::vector<tensor_view> srcs;  // a stored input is read from the case (its bytes, scattered)

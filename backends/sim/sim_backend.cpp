@@ -49,10 +49,10 @@ bool sim_use_pins(bool fma) {
 // order, 32 or 64 wave by wave with each wave's lanes reversed.
 uint32_t sim_wave_lanes() {
   const char* env = std::getenv("ROPEKV_SIM_WAVE");
-  if (env == nullptr || std::string(env).empty() || std::string(env) == "0") return 0;
-  if (std::string(env) == "32") return 32;
-  if (std::string(env) == "64") return 64;
-  throw arg_error("ROPEKV_SIM_WAVE", "0, 32 or 64 (lanes per wavefront)", std::string("'") + env + "'");
+  const std::string v = env == nullptr ? "" : env;
+  if (v.empty() || v == "0") return 0;
+  if (v == "32" || v == "64") return static_cast<uint32_t>(std::stoul(v));
+  throw arg_error("ROPEKV_SIM_WAVE", "0, 32 or 64 (lanes per wavefront)", "'" + v + "'");
 }
 
 class sim_backend final : public backend {

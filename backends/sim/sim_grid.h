@@ -105,15 +105,14 @@ inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_
   Pin::apply(p);
   const int64_t blocks = static_cast<int64_t>(l.grid_x) * l.grid_y;
   const uint32_t grid_x = l.grid_x, block_threads = l.block_threads;
-  // waves (sim_thread_at): the block's threads rounded up to whole waves, thread k ^ (lanes - 1)
-  // (each wave reversed; a partial last wave skips the lanes past the block); in order: mask 0
-  const uint32_t mask = wave_lanes == 0 ? 0 : wave_lanes - 1;
-  const uint32_t slots = (block_threads + mask) & ~mask;
+  // the run order of sim_thread_at over the block's threads rounded up to whole waves (a partial
+  // last wave skips the lanes past the block)
+  const uint32_t slots = wave_lanes == 0 ? block_threads : (block_threads + wave_lanes - 1) & ~(wave_lanes - 1);
 #pragma omp for schedule(dynamic, 16) nowait
   for (int64_t b = 0; b < blocks; ++b) {
     blockIdx = {static_cast<uint32_t>(b % grid_x), static_cast<uint32_t>(b / grid_x), 0};
     for (uint32_t k = 0; k < slots; ++k) {
-      const uint32_t th = k ^ mask;
+      const uint32_t th = sim_thread_at(k, block_threads, wave_lanes);
       if (th >= block_threads) continue;
       threadIdx = {th, 0, 0};
       Kernel::run(p);

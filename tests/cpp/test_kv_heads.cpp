@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cpp/parse_error.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/cache_map.h"
@@ -22,15 +23,6 @@
 using namespace ropekv;
 
 namespace {
-
-std::string error_arg(const std::string& repro) {
-  try {
-    parse_problem(repro);
-  } catch (const arg_error& e) {
-    return e.arg();
-  }
-  return "";
-}
 
 std::vector<std::vector<uint8_t>> bytes_of(case_data& c) {
   std::vector<std::vector<uint8_t>> out;
@@ -46,10 +38,10 @@ TEST_CASE("kv heads: repro key kh prints, parses back, names itself in errors") 
   CHECK(p.to_repro().find(" h=16 kh=4 dn=64 ") != std::string::npos);
   CHECK(parse_problem(p.to_repro()) == p);
   CHECK(parse_problem("").kv_heads == 1);
-  CHECK(error_arg("h=16 kh=3") == "kh");   // not a divisor of h
-  CHECK(error_arg("h=16 kh=0") == "kh");
-  CHECK(error_arg("h=16 kh=-2") == "kh");
-  CHECK(error_arg("h=16 kh=4 layout=fp8_ds_mla cache=u8") == "kh");  // one head per entry
+  CHECK(parse_error_arg("h=16 kh=3") == "kh");   // not a divisor of h
+  CHECK(parse_error_arg("h=16 kh=0") == "kh");
+  CHECK(parse_error_arg("h=16 kh=-2") == "kh");
+  CHECK(parse_error_arg("h=16 kh=4 layout=fp8_ds_mla cache=u8") == "kh");  // one head per entry
 }
 
 TEST_CASE("kv heads: the generator draws KH > 1 now and then, --pin kh fits h") {

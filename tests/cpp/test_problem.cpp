@@ -6,26 +6,12 @@
 #include <set>
 #include <string>
 
+#include "tests/cpp/parse_error.h"
 #include "core/error.h"
 #include "core/presets.h"
 #include "core/problem.h"
 
 using namespace ropekv;
-
-namespace {
-
-// Runs parse_problem and returns the arg_error's argument ("" when it did not throw).
-std::string parse_error_arg(const std::string& repro, std::string* message = nullptr) {
-  try {
-    parse_problem(repro);
-  } catch (const arg_error& e) {
-    if (message) *message = e.what();
-    return e.arg();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST_CASE("repro: parse(to_repro(p)) == p and prints identically, 10000 random problems") {
   for (uint64_t i = 0; i < 10000; ++i) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "tests/cpp/parse_error.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "core/case_data.h"
@@ -22,16 +23,6 @@
 using namespace ropekv;
 
 namespace {
-
-std::string error_arg(const std::string& repro, std::string* expected = nullptr) {
-  try {
-    parse_problem(repro);
-  } catch (const arg_error& e) {
-    if (expected) *expected = e.expected();
-    return e.arg();
-  }
-  return "";
-}
 
 // The bytes of every element of a rank-3 view, in logical order.
 std::vector<uint8_t> logical_bytes(const tensor_view& v) {
@@ -64,11 +55,11 @@ TEST_CASE("zero_copy key: prints, parses back, and needs q_out in q's dtype") {
   problem q = p;
   q.zero_copy = false;
   CHECK(q != p);
-  std::string expected;
-  CHECK(error_arg("in=bf16 qo=f32 zero_copy=1", &expected) == "qo");
-  CHECK(expected.find("bf16") != std::string::npos);
-  CHECK(error_arg("zero_copy=2") == "zero_copy");
-  CHECK(error_arg("in=bf16 qo=f32 zero_copy=0") == "");
+  std::string message;
+  CHECK(parse_error_arg("in=bf16 qo=f32 zero_copy=1", &message) == "qo");
+  CHECK(message.find("expected bf16") != std::string::npos);
+  CHECK(parse_error_arg("zero_copy=2") == "zero_copy");
+  CHECK(parse_error_arg("in=bf16 qo=f32 zero_copy=0") == "");
 }
 
 TEST_CASE("zero_copy key: drawn by the generator, set by --pin, turned off by a pin that rules it out") {
