@@ -54,12 +54,7 @@ __global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for
 // The fast_v4 kernel of instantiation S and D for p: R by rk_v4_q_shape.
 template <class S, int D>
 void (*rk_fast4_pick_shape(const rk_params& p))(rk_params) {
-  switch (rk_v4_q_shape(p)) {
-    case 0: return rk_fast4_kernel<S, 0, D>;
-    case 1: return rk_fast4_kernel<S, 1, D>;
-    case 2: return rk_fast4_kernel<S, 2, D>;
-    default: throw ropekv::error("rk_fast4_pick: no q row shape " + std::to_string(rk_v4_q_shape(p)));
-  }
+  return rk_v4_visit_q_shape(p, [](auto r) -> void (*)(rk_params) { return rk_fast4_kernel<S, decltype(r)::value, D>; });
 }
 
 // The fast_v4 kernel of instantiation S for p: R by the q rows' shape, D by v4_decode and

@@ -151,6 +151,18 @@ inline int rk_v4_q_shape(const rk_params& p) {
   return p.skip_q_nope ? 0 : p.v4_q_pairs ? 2 : 1;
 }
 
+// f(std::integral_constant<int, R>{}) for the q rows' shape R = rk_v4_q_shape(p): the one switch
+// by which hip_backend and the sim pick their fast_v4 kernel's R.
+template <class F>
+decltype(auto) rk_v4_visit_q_shape(const rk_params& p, F&& f) {
+  switch (rk_v4_q_shape(p)) {
+    case 0: return f(std::integral_constant<int, 0>{});
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: throw ropekv::error("rk_v4_visit_q_shape: no q row shape " + std::to_string(rk_v4_q_shape(p)));
+  }
+}
+
 // Host half of rk_div_u32: the multiplier and shift for a divisor d >= 1.
 inline void rk_div_magic(uint32_t d, uint32_t* magic, uint32_t* shift) {
   if (d == 0) throw ropekv::error("rk_div_magic: divisor 0");

@@ -186,16 +186,11 @@ void sim_launch_fast4(const ropekv_gpu::rk_launch& l, const sim_config& c) {
   sim_grid<sim_fast4<S, R, D>, pin_none, std::is_same_v<S, ropekv_gpu::rk_v4_generic>>(l, c);
 }
 
-// fast_v4 with D: R by the q rows' shape (launch_plan.h rk_v4_q_shape), as hip_backend's
-// rk_fast4_pick_shape.
+// fast_v4 with D: R by the q rows' shape (launch_plan.h rk_v4_visit_q_shape, as hip_backend's
+// rk_fast4_pick_shape).
 template <class S, int D>
 void sim_launch_fast4_shape(const ropekv_gpu::rk_launch& l, const sim_config& c) {
-  switch (ropekv_gpu::rk_v4_q_shape(l.params)) {
-    case 0: sim_launch_fast4<S, 0, D>(l, c); return;
-    case 1: sim_launch_fast4<S, 1, D>(l, c); return;
-    case 2: sim_launch_fast4<S, 2, D>(l, c); return;
-    default: throw error("sim_launch_fast: no q row shape " + std::to_string(ropekv_gpu::rk_v4_q_shape(l.params)));
-  }
+  ropekv_gpu::rk_v4_visit_q_shape(l.params, [&](auto r) { sim_launch_fast4<S, decltype(r)::value, D>(l, c); });
 }
 
 // fast_v4: the instantiation S the GPU would launch (launch_plan.h rk_v4_visit).
