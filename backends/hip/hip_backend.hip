@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(rk_max_block_threads, (rk_fast4_min_blocks_for
   rk_fast4_body<S, R, D>(p);
 }
 
-// The fast_v4 kernel of instantiation S and D for p: R by rk_v4_q_shape.
+// The fast_v4 kernel of instantiation S and D for p: R by the q rows' shape (rk_v4_visit_q_shape).
 template <class S, int D>
 void (*rk_fast4_pick_shape(const rk_params& p))(rk_params) {
   return rk_v4_visit_q_shape(p, [](auto r) -> void (*)(rk_params) { return rk_fast4_kernel<S, decltype(r)::value, D>; });

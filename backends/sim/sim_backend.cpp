@@ -51,7 +51,8 @@ uint32_t sim_wave_lanes() {
   const char* env = std::getenv("ROPEKV_SIM_WAVE");
   const std::string v = env == nullptr ? "" : env;
   if (v.empty() || v == "0") return 0;
-  if (v == "32" || v == "64") return static_cast<uint32_t>(std::stoul(v));
+  if (v == "32") return 32;
+  if (v == "64") return 64;
   throw arg_error("ROPEKV_SIM_WAVE", "0, 32 or 64 (lanes per wavefront)", "'" + v + "'");
 }
 
