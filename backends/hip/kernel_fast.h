@@ -248,7 +248,8 @@ ROPEKV_DEVICE void rk_v4_zero_row(const rk_params& p, int64_t t, int64_t h, int3
 }
 
 template <class S, int D>
-ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane, int32_t lanes) {
+ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t lane) {
+  constexpr int32_t lanes = 32;  // one group per row
   const int32_t qt = S::q >= 0 ? S::q : p.q_dtype;
   const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
   const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
@@ -302,7 +303,7 @@ ROPEKV_DEVICE void rk_v4_q_row(const rk_params& p, int64_t t, int64_t h, int32_t
       }
     }
   }
-  // decode zero buffer: every nope chunk, zero-copy included (the group's lanes of this row)
+  // decode zero buffer: every nope chunk (the group's lanes of this row)
   if ((D & 1) && t < p.num_decode && p.q_nope_zeros_out != nullptr) rk_v4_zero_row(p, t, h, lane, lanes);
   if (!pos_ok) return;
   float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -716,7 +717,7 @@ ROPEKV_DEVICE void rk_fast4_body(const rk_params& p) {
     rk_v4_q_row_pair<S, D>(p, t, 2 * (r - kv_groups), l32);
   } else {
     if (r - kv_groups >= p.heads) return;
-    rk_v4_q_row<S, D>(p, t, r - kv_groups, l32, 32);
+    rk_v4_q_row<S, D>(p, t, r - kv_groups, l32);
   }
 }
 
