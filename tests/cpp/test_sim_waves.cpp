@@ -92,7 +92,9 @@ TEST_CASE("sim waves: in order, in 32-lane and in 64-lane waves, every kernel wr
   auto in_order = sim_with_waves("0");
   auto wave32 = sim_with_waves("32");
   auto wave64 = sim_with_waves("64");
+  CHECK(wave32->device_description().find("32-lane waves") != std::string::npos);
   CHECK(wave64->device_description().find("64-lane waves") != std::string::npos);
+  CHECK(in_order->device_description().find("-lane waves") == std::string::npos);
   std::set<std::string> variants;
   std::vector<problem> problems;
   for (uint64_t i = 0; i < 48; ++i) {
