@@ -8,7 +8,8 @@
 //     and vector memory accesses) get host definitions; the sim launcher sets the index
 //     variables before it calls the body.
 // Kernel code uses only the ROPEKV_* macros below for float arithmetic and vector memory
-// access, so the three builds execute the same operations.
+// access, so the three builds execute the same operations; one exception, the same bits by other
+// instructions: the sim's 16-byte NaN test (ROPEKV_ANY_CARRY15_16X8, SSE2 on x86).
 #pragma once
 #include <cstdint>
 
@@ -18,6 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // always_inline, as __forceinline__ on the GPU: the kernel body is one inlined function per
 // (block, thread) call, so its helpers (vector loads, NaN canonicalisation, rope) are not
@@ -272,6 +276,30 @@ ROPEKV_HOST_DEVICE float rk_bits_f32(uint32_t b) {
   return v;
 #endif
 }
+
+// The NaN test of a 16-byte chunk of 16-bit values (kernel_convert.h rk_canon_nan16x8): whether
+// any of the eight 16-bit lanes of w[0..4), its sign bit cleared, plus `add` (two copies of the
+// lane's addend, one per half of each word) sets the lane's bit 15. The word form runs on the
+// GPUs (five 32-bit operations and a test per chunk); the sim (x86) runs the same bit operations
+// as four-word SSE2 vector ones: the word form was a fifth of the sim's instructions (callgrind,
+// deepseek-v3-tp8 x 512), as g++ does not vectorise it inside the inlined kernel body.
+// tests/cpp/test_kernel_helpers.cpp checks that both forms agree on every lane value.
+ROPEKV_HOST_DEVICE bool rk_any_carry15_words(const uint32_t* w, uint32_t add) {
+  return ((((w[0] & 0x7fff7fffu) + add) | ((w[1] & 0x7fff7fffu) + add) | ((w[2] & 0x7fff7fffu) + add) |
+           ((w[3] & 0x7fff7fffu) + add)) &
+          0x80008000u) != 0u;
+}
+#if defined(ROPEKV_SIM) && defined(__SSE2__)
+ROPEKV_HOST_DEVICE bool rk_any_carry15_sse2(const uint32_t* w, uint32_t add) {
+  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  v = _mm_add_epi32(_mm_and_si128(v, _mm_set1_epi32(0x7fff7fff)), _mm_set1_epi32(static_cast<int>(add)));
+  v = _mm_and_si128(v, _mm_set1_epi32(static_cast<int>(0x80008000u)));
+  return _mm_movemask_epi8(_mm_cmpeq_epi32(v, _mm_setzero_si128())) != 0xffff;
+}
+#define ROPEKV_ANY_CARRY15_16X8 rk_any_carry15_sse2
+#else
+#define ROPEKV_ANY_CARRY15_16X8 rk_any_carry15_words
+#endif
 
 // The halfword-wise unsigned maximum of two words (bits 0-15 and 16-31 compared separately):
 // one instruction on CUDA (__vmaxu2, sm_90: a 16x2 integer max), two selects elsewhere.

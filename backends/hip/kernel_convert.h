@@ -261,9 +261,7 @@ ROPEKV_DEVICE uint32_t rk_canon_nan16x2(uint32_t w, int32_t t) {
 }
 // A 16-byte chunk (8 lanes): one test for the whole chunk on the common no-NaN path.
 ROPEKV_DEVICE void rk_canon_nan16x8(uint32_t* w, int32_t t) {
-  const uint32_t any = (rk_nan16x2_sum(w[0], t) | rk_nan16x2_sum(w[1], t) | rk_nan16x2_sum(w[2], t) |
-                        rk_nan16x2_sum(w[3], t)) & 0x80008000u;
-  if (any == 0u) return;
+  if (!ROPEKV_ANY_CARRY15_16X8(w, t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu)) return;
   ROPEKV_UNROLL
   for (int i = 0; i < 4; ++i) w[i] = rk_canon_nan16x2(w[i], t);
 }

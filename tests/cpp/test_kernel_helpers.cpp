@@ -90,6 +90,31 @@ TEST_CASE("rk_canon_nan16x2 / x8: every 16-bit lane value, both lanes, both form
   CHECK(rk_canon_nan16x2(0xfc017c00u, rk_f16) == 0xfe007c00u);
 }
 
+TEST_CASE("the chunk NaN test: the GPUs' word form and the sim's vector form, every lane value at every lane") {
+  // rk_canon_nan16x8's test for "any NaN lane" runs as rk_any_carry15_words on the GPUs and as
+  // ROPEKV_ANY_CARRY15_16X8 here (an SSE2 form on x86): both must say exactly "some lane is NaN".
+  for (int32_t t : {rk_bf16, rk_f16}) {
+    const uint32_t add = t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu;
+    int64_t bad_words = 0, bad_sim = 0;
+    for (int lane = 0; lane < 8; ++lane) {
+      for (uint32_t x = 0; x < 65536; ++x) {
+        for (uint32_t other : {0x0000u, 0x8000u, 0x7f80u, 0xfc00u, 0x7bffu}) {  // 0, -0, infs, max f16
+          uint32_t w[4];
+          for (int k = 0; k < 4; ++k) w[k] = other | (other << 16);
+          w[lane >> 1] = (w[lane >> 1] & ~(0xffffu << (16 * (lane & 1)))) | (x << (16 * (lane & 1)));
+          bool want = false;
+          for (int m = 0; m < 8; ++m) want = want || (rk_lane16(w, m) & 0x7fffu) > (t == rk_bf16 ? 0x7f80u : 0x7c00u);
+          bad_words += rk_any_carry15_words(w, add) != want;
+          bad_sim += ROPEKV_ANY_CARRY15_16X8(w, add) != want;
+        }
+      }
+    }
+    INFO("dtype ", t);
+    CHECK(bad_words == 0);
+    CHECK(bad_sim == 0);
+  }
+}
+
 TEST_CASE("rk_paged_cache::entry: multiply-high and 64-bit division give the same address") {
   ropekv::rng_stream rng{77, 2};
   for (int64_t block_size : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{64}, int64_t{100}, int64_t{4096},
