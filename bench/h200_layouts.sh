@@ -15,11 +15,11 @@ source "$(dirname "$0")/h200_lib.sh"
 PART=${PART:-all}
 if [ "$PART" != bench ]; then
   seed=20261206
+  mkdir -p "$W/merged"
   for pin in layout=fp8_ds_mla layout=shuffled kh=2 dec_out=qzk scales=tensor; do
     tag=${pin//=/-}
     campaign "ref-hip-$tag" ref,hip 5000 --seed $((seed++)) --pin "$pin"
     campaign "sim-hip-$tag-bitwise" sim,hip 2000 --seed $((seed++)) --pin "$pin" --bitwise
-    mkdir -p "$W/merged"
     mv "$OUT/ref-hip-$tag.json" "$OUT/sim-hip-$tag-bitwise.json" "$W/merged/" 2>/dev/null
   done
   golden_on_hip

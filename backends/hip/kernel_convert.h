@@ -249,9 +249,9 @@ ROPEKV_DEVICE float rk_pow2_inverse(float s) {
 // Packed, two 16-bit lanes per word: a lane is NaN when its magnitude exceeds inf's; adding
 // (0x7fff - inf) to the magnitude carries into the lane's bit 15 exactly then (no carry leaves
 // the lane: 0x7fff + 0x3ff < 2^16). Returns 0x8000 in each NaN lane, 0 elsewhere.
-ROPEKV_DEVICE uint32_t rk_nan16x2_sum(uint32_t w, int32_t t) {
-  return (w & 0x7fff7fffu) + (t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu);
-}
+// The addend, two copies of 0x7fff - inf (one per 16-bit lane of a word).
+ROPEKV_DEVICE uint32_t rk_nan16x2_addend(int32_t t) { return t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu; }
+ROPEKV_DEVICE uint32_t rk_nan16x2_sum(uint32_t w, int32_t t) { return (w & 0x7fff7fffu) + rk_nan16x2_addend(t); }
 ROPEKV_DEVICE uint32_t rk_canon_nan16x2(uint32_t w, int32_t t) {
   const uint32_t m = rk_nan16x2_sum(w, t) & 0x80008000u;
   if (m == 0u) return w;
@@ -261,7 +261,7 @@ ROPEKV_DEVICE uint32_t rk_canon_nan16x2(uint32_t w, int32_t t) {
 }
 // A 16-byte chunk (8 lanes): one test for the whole chunk on the common no-NaN path.
 ROPEKV_DEVICE void rk_canon_nan16x8(uint32_t* w, int32_t t) {
-  if (!ROPEKV_ANY_CARRY15_16X8(w, t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu)) return;
+  if (!ROPEKV_ANY_CARRY15_16X8(w, rk_nan16x2_addend(t))) return;
   ROPEKV_UNROLL
   for (int i = 0; i < 4; ++i) w[i] = rk_canon_nan16x2(w[i], t);
 }

@@ -94,7 +94,7 @@ TEST_CASE("the chunk NaN test: the GPUs' word form and the sim's vector form, ev
   // rk_canon_nan16x8's test for "any NaN lane" runs as rk_any_carry15_words on the GPUs and as
   // ROPEKV_ANY_CARRY15_16X8 here (an SSE2 form on x86): both must say exactly "some lane is NaN".
   for (int32_t t : {rk_bf16, rk_f16}) {
-    const uint32_t add = t == rk_bf16 ? 0x007f007fu : 0x03ff03ffu;
+    const uint32_t add = rk_nan16x2_addend(t), inf = t == rk_bf16 ? 0x7f80u : 0x7c00u;
     int64_t bad_words = 0, bad_sim = 0;
     for (int lane = 0; lane < 8; ++lane) {
       for (uint32_t x = 0; x < 65536; ++x) {
@@ -103,7 +103,7 @@ TEST_CASE("the chunk NaN test: the GPUs' word form and the sim's vector form, ev
           for (int k = 0; k < 4; ++k) w[k] = other | (other << 16);
           w[lane >> 1] = (w[lane >> 1] & ~(0xffffu << (16 * (lane & 1)))) | (x << (16 * (lane & 1)));
           bool want = false;
-          for (int m = 0; m < 8; ++m) want = want || (rk_lane16(w, m) & 0x7fffu) > (t == rk_bf16 ? 0x7f80u : 0x7c00u);
+          for (int m = 0; m < 8; ++m) want = want || (rk_lane16(w, m) & 0x7fffu) > inf;
           bad_words += rk_any_carry15_words(w, add) != want;
           bad_sim += ROPEKV_ANY_CARRY15_16X8(w, add) != want;
         }
