@@ -515,21 +515,26 @@ ROPEKV_DEVICE void rk_v4_kv_row(const rk_params& p, int64_t t, int32_t part, int
 }
 
 // Layout fp8_ds_mla on fast_v4 (core/SPEC.md "The fp8_ds_mla layout"; the D & 2
-// instantiations, rk_params::ds_mla). A token's 656-byte entry takes two groups: part 0 the 512
-// nope values (lane l: values [16 l, 16 l + 16), tile l / 8) and the tile scales, part 1 the rope
-// units (lanes < v4_units). Without cooperation between threads (kernel.h's rule, which the sim
-// relies on), each lane takes its tile's amax itself from the tile's 16 chunks: 8 lanes read
-// the same 256 bytes, of which L1 serves 7 (global traffic unchanged). Entry stores in pieces
-// of v4_ds_align bytes (16, 8 or 4: the entry addresses' alignment, set by the host).
-ROPEKV_DEVICE void rk_ds_store16(char* dst, const uint32_t* w, int32_t align) {
-  if (align >= 16) {
-    rk_store_words(dst, 16, w);
+// instantiations, rk_params::ds_mla). A token's 656-byte entry takes G + 1 groups, G =
+// 2^v4_kv_split_log2 (1, 2 or 4): parts 0 .. G - 1 the 512 nope values and the tile scales (the
+// entry's lane L = 32 part + lane has V = 16 / G values [V L, V L + V), tile V L / 128), part G
+// the rope units (lanes < v4_units). Without cooperation between threads (kernel.h's rule, which
+// the sim relies on), each lane takes its tile's amax itself from the tile's 16 chunks: the
+// tile's 128 / V lanes read the same 256 bytes, which L1 serves after the first (global traffic
+// unchanged). More groups per entry shorten the per-lane chain of conversions after the amax
+// (16 values per lane at G = 1, 4 at G = 4): the decode cases, where one entry's chain is the
+// kernel's critical path. Entry stores in pieces of v4_ds_align bytes (16, 8 or 4: the entry
+// addresses' alignment, set by the host).
+template <int B>  // B bytes (4, 8 or 16) of w at dst, in pieces of at most `align` bytes
+ROPEKV_DEVICE void rk_ds_store(char* dst, const uint32_t* w, int32_t align) {
+  if (align >= B) {
+    rk_store_words(dst, B, w);
   } else if (align == 8) {
-    rk_store_words(dst, 8, w);
-    rk_store_words(dst + 8, 8, w + 2);
+    ROPEKV_UNROLL
+    for (int i = 0; i < B / 8; ++i) rk_store_words(dst + 8 * i, 8, w + 2 * i);
   } else {
     ROPEKV_UNROLL
-    for (int i = 0; i < 4; ++i) rk_store_words(dst + 4 * i, 4, w + i);
+    for (int i = 0; i < B / 4; ++i) rk_store_words(dst + 4 * i, 4, w + i);
   }
 }
 // Largest magnitude (bits, NaN lanes skipped) of the 16-bit values of w[0..4), kt's `inf`
@@ -581,88 +586,107 @@ ROPEKV_DEVICE uint32_t rk_ds_tile_amax_bits(const char* tile, uint32_t inf) {
   }
   return r;
 }
-// The 16 values of a lane's two 16-byte chunks of 16-bit kt values, in order.
-ROPEKV_DEVICE void rk_ds_decode16(int32_t kt, const uint32_t (*w)[4], float* v) {
+// A lane's V 16-bit kt values (2 V bytes at src: 16-byte aligned for V >= 8, 8-byte for V = 4),
+// as words and as floats in order.
+template <int V>
+ROPEKV_DEVICE void rk_ds_load_own(const char* src, uint32_t* w) {
   ROPEKV_UNROLL
-  for (int i = 0; i < 16; ++i) v[i] = rk_decode(kt, (w[i >> 3][(i >> 1) & 3] >> (16 * (i & 1))) & 0xffffu);
+  for (int c = 0; c < (V + 7) / 8; ++c) rk_load_words(src + 16 * c, V >= 8 ? 16 : 2 * V, w + 4 * c);
 }
-template <class S, int D>
-ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
+template <int V>
+ROPEKV_DEVICE void rk_ds_decode(int32_t kt, const uint32_t* w, float* v) {
+  ROPEKV_UNROLL
+  for (int i = 0; i < V; ++i) v[i] = rk_decode(kt, (w[i >> 1] >> (16 * (i & 1))) & 0xffffu);
+}
+// Entry lane L's V nope values (L in [0, 512 / V)): codes and, from the tile's first lane, its scale.
+template <class S, int V>
+ROPEKV_DEVICE void rk_v4_ds_mla_nope(const rk_params& p, int64_t t, int32_t lane) {
+  constexpr int32_t lanes_per_tile = static_cast<int32_t>(rk_ds_tile) / V;
   const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
-  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
-  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
-  const int32_t align = p.v4_ds_align;
-  if (part == 1) {  // rope: 64 values in kt at byte rk_ds_rope_at, unscaled
-    if (lane >= p.v4_units) return;
-    const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr] 16-bit
-    const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
-    int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
-    uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
-    rk_load_words(kpe_row + lane * 16, 16, wa);
-    if (neox) rk_load_words(kpe_row + p.dr + lane * 16, 16, wb);
-    if (slot < 0 || slot >= p.cache.num_slots || !rk_position_ok(p, &pos)) return;
-    float cs[8], sn[8];
-    rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
-    float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    rk_v4_rope(neox, kt, wa, wb, cs, sn, ra, rb);
-    if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
-    char* rope = p.cache.entry(p.cache.nope, slot) + rk_ds_rope_at;
-    uint32_t o[4] = {0u, 0u, 0u, 0u};
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, ra[m]) & 0xffffu) << (16 * (m & 1));
-    rk_ds_store16(rope + lane * 16, o, align);
-    if (neox) {
-      ROPEKV_UNROLL
-      for (int m = 0; m < 4; ++m) o[m] = 0u;
-      ROPEKV_UNROLL
-      for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, rb[m]) & 0xffffu) << (16 * (m & 1));
-      rk_ds_store16(rope + p.dr + lane * 16, o, align);
-    }
-    return;
-  }
   const char* kv_row = p.kv_c + t * p.kv_c_s0 * 2;  // [Dn = 512] 16-bit
-  const char* tile = kv_row + (lane >> 3) * (rk_ds_tile * 2);
+  const char* tile = kv_row + (lane / lanes_per_tile) * (rk_ds_tile * 2);
   const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
-  uint32_t own[2][4];
-  rk_load_words(kv_row + lane * 32, 16, own[0]);
-  rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
+  uint32_t own[V / 2];
+  rk_ds_load_own<V>(kv_row + lane * (2 * V), own);
   const uint32_t inf = kt == rk_bf16 ? 0x7f80u : 0x7c00u;
   const uint32_t m = rk_ds_tile_amax_bits(tile, inf);
   if (slot < 0 || slot >= p.cache.num_slots) return;  // padding (or an unchecked slot)
   const float scale = rk_ds_tile_scale(rk_decode(kt, m), p.ds_pow2);
-  float v[16];
-  rk_ds_decode16(kt, own, v);
+  float v[V];
+  rk_ds_decode<V>(kt, own, v);
   if (p.ds_pow2) {
     // v / 2^k == v * 2^-k for every v (both the exact value rounded once; 2^-k is exact); a NaN
     // input keeps its sign (a GPU multiply would canonicalise it)
     const float inv = rk_pow2_inverse(scale);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) v[i] = v[i] != v[i] ? v[i] : ROPEKV_FMUL_RN(v[i], inv);
+    for (int i = 0; i < V; ++i) v[i] = v[i] != v[i] ? v[i] : ROPEKV_FMUL_RN(v[i], inv);
   } else {
     const double inv_d = rk_tile_scale_inverse(scale);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) v[i] = rk_div_by_tile_scale(v[i], inv_d);
+    for (int i = 0; i < V; ++i) v[i] = rk_div_by_tile_scale(v[i], inv_d);
   }
   if (m == inf) {  // rare: a tile with +-inf (scale inf): each infinity's quotient is rk_ds_quotient's
     // NaN, whatever the platform's inf * 0 gives; the lane's chunks are read again (L1) so that
     // the common path keeps no input word live past its conversion
-    rk_load_words(kv_row + lane * 32, 16, own[0]);
-    rk_load_words(kv_row + lane * 32 + 16, 16, own[1]);
-    float x[16];
-    rk_ds_decode16(kt, own, x);
+    rk_ds_load_own<V>(kv_row + lane * (2 * V), own);
+    float x[V];
+    rk_ds_decode<V>(kt, own, x);
     ROPEKV_UNROLL
-    for (int i = 0; i < 16; ++i) v[i] = rk_ds_quotient(x[i], v[i]);
+    for (int i = 0; i < V; ++i) v[i] = rk_ds_quotient(x[i], v[i]);
   }
   char* entry = p.cache.entry(p.cache.nope, slot);
-  uint32_t o[4];
+  uint32_t o[V / 4];
   ROPEKV_UNROLL
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < V / 4; ++i)
     o[i] = rk_encode_fp8x2_sat<rk_e4m3fn>(v[4 * i], v[4 * i + 1]) |
            (rk_encode_fp8x2_sat<rk_e4m3fn>(v[4 * i + 2], v[4 * i + 3]) << 16);
-  rk_ds_store16(entry + lane * 16, o, align);
-  if ((lane & 7) == 0) {  // the tile's first lane: its scale (f32, 4-byte aligned by the layout)
+  rk_ds_store<V>(entry + lane * V, o, p.v4_ds_align);
+  if (lane % lanes_per_tile == 0) {  // the tile's first lane: its scale (f32, 4-byte aligned by the layout)
     const uint32_t bits = rk_f32_bits(scale);
-    rk_store_words(entry + rk_ds_scales_at + (lane >> 3) * 4, 4, &bits);
+    rk_store_words(entry + rk_ds_scales_at + (lane / lanes_per_tile) * 4, 4, &bits);
+  }
+}
+template <class S, int D>
+ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part, int32_t lane) {
+  const int32_t ks = p.v4_kv_split_log2;  // 0, 1 or 2 (the plan's)
+  if (part < (1 << ks)) {  // nope
+    if (ks == 0) {
+      rk_v4_ds_mla_nope<S, 16>(p, t, lane);
+    } else if (ks == 1) {
+      rk_v4_ds_mla_nope<S, 8>(p, t, 32 * part + lane);
+    } else {
+      rk_v4_ds_mla_nope<S, 4>(p, t, 32 * part + lane);
+    }
+    return;
+  }
+  // rope: 64 values in kt at byte rk_ds_rope_at, unscaled
+  const int32_t kt = S::q >= 0 ? S::q : p.k_dtype;
+  const bool neox = S::neox >= 0 ? S::neox != 0 : p.neox != 0;
+  const int32_t tt = S::table >= 0 ? S::table : p.table_dtype;
+  if (lane >= p.v4_units) return;
+  const char* kpe_row = p.k_pe + t * p.k_pe_s0 * 2;  // [Dr] 16-bit
+  const int64_t slot = rk_load_index(p.slots, t, p.slots_s0, p.slots_i64);
+  int64_t pos = rk_load_index(p.positions, t, p.positions_s0, p.positions_i64);
+  uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
+  rk_load_words(kpe_row + lane * 16, 16, wa);
+  if (neox) rk_load_words(kpe_row + p.dr + lane * 16, 16, wb);
+  if (slot < 0 || slot >= p.cache.num_slots || !rk_position_ok(p, &pos)) return;
+  float cs[8], sn[8];
+  rk_load_cos_sin_unit(p, tt, neox, pos, lane, cs, sn);
+  float ra[8], rb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  rk_v4_rope(neox, kt, wa, wb, cs, sn, ra, rb);
+  if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
+  char* rope = p.cache.entry(p.cache.nope, slot) + rk_ds_rope_at;
+  uint32_t o[4] = {0u, 0u, 0u, 0u};
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, ra[m]) & 0xffffu) << (16 * (m & 1));
+  rk_ds_store<16>(rope + lane * 16, o, p.v4_ds_align);
+  if (neox) {
+    ROPEKV_UNROLL
+    for (int m = 0; m < 4; ++m) o[m] = 0u;
+    ROPEKV_UNROLL
+    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, rb[m]) & 0xffffu) << (16 * (m & 1));
+    rk_ds_store<16>(rope + p.dr + lane * 16, o, p.v4_ds_align);
   }
 }
 

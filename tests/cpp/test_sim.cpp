@@ -710,23 +710,28 @@ TEST_CASE("sim: fp8_ds_mla on fast_v4, bit for bit the general body's, special v
   };
   for (const char* rule : {"amax", "pow2"}) {
     for (const ds_case& dc : cases) {
-      const std::string repro = base + "ds_scale=" + rule + " " + dc.extra;
-      INFO(repro);
-      const problem p = parse_problem(repro);
-      case_data initial = make_case(p);
-      const bool bf16 = p.in_dtype == dtype::bf16;
-      for (const special& sp : specials) {
-        char* row = static_cast<char*>(initial.args.kv_c.data) + sp.t * initial.args.kv_c.strides_elems[0] * 2;
-        const uint16_t bits = bf16 ? sp.bf16 : sp.f16;
-        std::memcpy(row + sp.d * 2, &bits, 2);
+      for (const int32_t groups : {1, 2, 4}) {  // the entry's nope part over 1, 2 or 4 groups (kvs=N)
+        const std::string repro = base + "ds_scale=" + rule + " " + dc.extra;
+        INFO(repro, " kvs=", groups);
+        const problem p = parse_problem(repro);
+        case_data initial = make_case(p);
+        const bool bf16 = p.in_dtype == dtype::bf16;
+        for (const special& sp : specials) {
+          char* row = static_cast<char*>(initial.args.kv_c.data) + sp.t * initial.args.kv_c.strides_elems[0] * 2;
+          const uint16_t bits = bf16 ? sp.bf16 : sp.f16;
+          std::memcpy(row + sp.d * 2, &bits, 2);
+        }
+        case_data ref = initial.clone(), fast = initial.clone(), general = initial.clone();
+        make_cpu_backend()->run_host(ref.args, ref.regions());
+        ropekv_gpu::rk_variant_override ov;
+        ov.v4_kv_split = groups;
+        const auto [v4, gen] = run_fast_and_general(initial, ref, fast, general, ov);
+        INFO(v4, " vs ", gen);
+        CHECK(v4.rfind("fast_v4", 0) == 0);
+        CHECK(v4.find(",kvs" + std::to_string(groups) + "+r,") != std::string::npos);
+        CHECK(v4.find("+ds_mla(st" + std::to_string(dc.store_bytes) + ")") != std::string::npos);
+        CHECK(gen.rfind("fused_v1", 0) == 0);
       }
-      case_data ref = initial.clone(), fast = initial.clone(), general = initial.clone();
-      make_cpu_backend()->run_host(ref.args, ref.regions());
-      const auto [v4, gen] = run_fast_and_general(initial, ref, fast, general, ropekv_gpu::rk_variant_override{});
-      INFO(v4, " vs ", gen);
-      CHECK(v4.rfind("fast_v4", 0) == 0);
-      CHECK(v4.find("+ds_mla(st" + std::to_string(dc.store_bytes) + ")") != std::string::npos);
-      CHECK(gen.rfind("fused_v1", 0) == 0);
     }
   }
 }
