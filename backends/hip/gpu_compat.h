@@ -8,8 +8,9 @@
 //     and vector memory accesses) get host definitions; the sim launcher sets the index
 //     variables before it calls the body.
 // Kernel code uses only the ROPEKV_* macros below for float arithmetic and vector memory
-// access, so the three builds execute the same operations; one exception, the same bits by other
-// instructions: the sim's 16-byte NaN test (ROPEKV_ANY_CARRY15_16X8, SSE2 on x86).
+// access, so the three builds execute the same operations; exceptions, the same bits by other
+// instructions: the sim's 16-byte NaN test (ROPEKV_ANY_CARRY15_16X8, SSE2 on x86) and its
+// 16-byte stores (non-temporal on x86: rk_store_words).
 #pragma once
 #include <cstdint>
 
@@ -73,8 +74,21 @@ inline __attribute__((always_inline)) void rk_load_words(const void* p, int byte
 // canonicalisation, packing), and one 16-byte move would read them back from the stack, where
 // they were spilled as 4- and 8-byte stores: a wider load over narrower stores is not
 // forwarded and waits for them to retire (~45% of the sim's time at deepseek-v3-tp8 x 4096).
+// On x86 a 16-byte store is one non-temporal store of the four words (assembled in a register):
+// the outputs are written once and not read again by the launch, so they skip the read for
+// ownership that an ordinary store costs (deepseek-v3-tp8 x 4096, 2 threads: 13.8-14.2 ->
+// 9.1-9.6 ms). Non-temporal stores are weakly ordered between threads: each OpenMP thread of the
+// grid loop ends its share with a store fence (sim_grid.h), before the region's barrier; its own
+// later loads see them in program order.
 inline __attribute__((always_inline)) void rk_store_words(void* p, int bytes, const uint32_t* w) {
   rk_sim_check_align(p, bytes, "store");
+#if defined(__SSE2__)
+  if (bytes == 16) {
+    _mm_stream_si128(static_cast<__m128i*>(p), _mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]),
+                                                            static_cast<int>(w[1]), static_cast<int>(w[0])));
+    return;
+  }
+#endif
   for (int i = 0; i < bytes / 4; ++i) std::memcpy(static_cast<char*>(p) + 4 * i, w + i, 4);
 }
 // A store with an L2 keep hint (see the GPU section): a plain store in the simulation.
