@@ -78,8 +78,8 @@ inline __attribute__((always_inline)) void rk_load_words(const void* p, int byte
 // the outputs are written once and not read again by the launch, so they skip the read for
 // ownership that an ordinary store costs (deepseek-v3-tp8 x 4096, 2 threads: 13.8-14.2 ->
 // 9.1-9.6 ms). Non-temporal stores are weakly ordered between threads: each OpenMP thread of the
-// grid loop ends its share with a store fence (sim_grid.h), before the region's barrier; its own
-// later loads see them in program order.
+// grid loop ends its share with rk_sim_store_fence, before the region's barrier; its own later
+// loads see them in program order.
 inline __attribute__((always_inline)) void rk_store_words(void* p, int bytes, const uint32_t* w) {
   rk_sim_check_align(p, bytes, "store");
 #if defined(__SSE2__)
@@ -90,6 +90,13 @@ inline __attribute__((always_inline)) void rk_store_words(void* p, int bytes, co
   }
 #endif
   for (int i = 0; i < bytes / 4; ++i) std::memcpy(static_cast<char*>(p) + 4 * i, w + i, 4);
+}
+// Orders this thread's rk_store_words stores before what follows (the grid loop calls it at the
+// end of each OpenMP thread's share, before the region's barrier).
+inline void rk_sim_store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 // A store with an L2 keep hint (see the GPU section): a plain store in the simulation.
 inline __attribute__((always_inline)) void rk_store_words_keep_l2(void* p, int bytes, const uint32_t* w) {

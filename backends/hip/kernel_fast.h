@@ -86,14 +86,19 @@ ROPEKV_DEVICE void rk_fp8_pack8_k(const float* v, const rk_side_scale& ks, int32
   o[1] = rk_encode_fp8x2(ct, s[4], s[5]) | (rk_encode_fp8x2(ct, s[6], s[7]) << 16);
 }
 
+// 8 values -> 8 codes of the 16-bit dtype t in o[0..4), in order (no scale).
+ROPEKV_DEVICE void rk_pack16x8(int32_t t, const float* v, uint32_t* o) {
+  o[0] = o[1] = o[2] = o[3] = 0u;
+  ROPEKV_UNROLL
+  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(t, v[m]) & 0xffffu) << (16 * (m & 1));
+}
+
 // 8 rope values -> cache dtype ct (scaled for fp8): 4 words (16-bit) or 2 words (fp8).
 ROPEKV_DEVICE void rk_pack8(const float* v, const rk_side_scale& ks, int32_t ct, uint32_t* o) {
   if (rk_is_fp8(ct)) {
     rk_fp8_pack8_k(v, ks, ct, o);
   } else {
-    o[0] = o[1] = o[2] = o[3] = 0u;
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(ct, v[m]) & 0xffffu) << (16 * (m & 1));
+    rk_pack16x8(ct, v, o);
   }
 }
 
@@ -141,14 +146,12 @@ ROPEKV_DEVICE void rk_load_cos_sin_unit(const rk_params& p, int32_t tt, bool neo
 // each half (half_bytes = Dr/2 elements further).
 ROPEKV_DEVICE void rk_store_q_rope_unit(int32_t qt, bool neox, char* out_pe, int64_t half_bytes,
                                         int32_t unit, const float* ra, const float* rb) {
-  uint32_t o[4] = {0u, 0u, 0u, 0u};
-  ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(qt, ra[m]) & 0xffffu) << (16 * (m & 1));
+  uint32_t o[4];
+  rk_pack16x8(qt, ra, o);
   rk_store_words(out_pe + unit * 16, 16, o);
   if (neox) {
-    uint32_t ob[4] = {0u, 0u, 0u, 0u};
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) ob[m >> 1] |= (rk_encode(qt, rb[m]) & 0xffffu) << (16 * (m & 1));
+    uint32_t ob[4];
+    rk_pack16x8(qt, rb, ob);
     rk_store_words(out_pe + half_bytes + unit * 16, 16, ob);
   }
 }
@@ -677,15 +680,11 @@ ROPEKV_DEVICE void rk_v4_ds_mla_row(const rk_params& p, int64_t t, int32_t part,
   rk_v4_rope(neox, kt, wa, wb, cs, sn, ra, rb);
   if ((D & 1) && p.k_pe_out != nullptr) rk_store_q_rope_unit(kt, neox, p.k_pe_out + t * p.k_pe_out_s0 * 2, p.dr, lane, ra, rb);
   char* rope = p.cache.entry(p.cache.nope, slot) + rk_ds_rope_at;
-  uint32_t o[4] = {0u, 0u, 0u, 0u};
-  ROPEKV_UNROLL
-  for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, ra[m]) & 0xffffu) << (16 * (m & 1));
+  uint32_t o[4];
+  rk_pack16x8(kt, ra, o);
   rk_ds_store<16>(rope + lane * 16, o, p.v4_ds_align);
   if (neox) {
-    ROPEKV_UNROLL
-    for (int m = 0; m < 4; ++m) o[m] = 0u;
-    ROPEKV_UNROLL
-    for (int m = 0; m < 8; ++m) o[m >> 1] |= (rk_encode(kt, rb[m]) & 0xffffu) << (16 * (m & 1));
+    rk_pack16x8(kt, rb, o);
     rk_ds_store<16>(rope + p.dr + lane * 16, o, p.v4_ds_align);
   }
 }

@@ -430,9 +430,8 @@ inline rk_launch rk_make_launch(const ropekv::op_args& a) {
     // conversions per lane does not wait behind a nope chunk's conversions)
     p.v4_kv_rope_group = ov.v4_kv_rope_group >= 0 ? (ov.v4_kv_rope_group != 0) : rk_is_fp8(p.cache.dtype);
     if (p.ds_mla) {
-      // fp8_ds_mla (kernel.h rk_v4_ds_mla_row): 2^kvs groups for the nope tiles, one for the
-      // rope; entry stores as wide as every entry address allows
-      if (ov.v4_kv_split <= 0) kvs = 0;
+      // fp8_ds_mla (kernel.h rk_v4_ds_mla_row): 2^kvs groups for the nope tiles (one unless
+      // `kvs=N` asks for more), one for the rope; entry stores as wide as every entry address allows
       p.v4_kv_rope_group = 1;
       const int64_t bst = p.cache.nope.block_stride_elems, est = p.cache.nope.entry_stride_elems;
       p.v4_ds_align = 16;

@@ -118,9 +118,7 @@ inline __attribute__((always_inline)) void sim_blocks_impl(const ropekv_gpu::rk_
       Kernel::run(p);
     }
   }
-#if defined(__SSE2__)
-  _mm_sfence();  // this thread's non-temporal stores (gpu_compat.h rk_store_words) before the barrier
-#endif
+  rk_sim_store_fence();
 }
 
 template <class Kernel, class Pin>
